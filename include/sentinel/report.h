@@ -1,0 +1,74 @@
+#pragma once
+// A trip is data: the report is a plain value; renderers turn it into text or JSON.
+#include <sentinel/stats.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sentinel {
+
+enum class EntryKind {
+  Tensor,      // statistics computed
+  None,        // an absent optional tensor
+  NotATensor,  // a non-tensor value (HF: "not a tensor")
+  Skipped,     // a tensor the sentinel does not read; `skip_reason` says why
+};
+
+struct Entry {
+  std::string label;        // "weight", "input[0]", "output", "output[1][0]"
+  EntryKind kind = EntryKind::Tensor;
+  std::string dtype;        // "float32", ... (tensors only)
+  std::string skip_reason;  // "empty", "sparse", "meta", "not on cpu", "complex", ...
+  TensorStats stats;
+};
+
+enum class Direction { Forward, Backward };
+
+// How a frame's module path was found.
+enum class Attribution {
+  ModuleHierarchy,  // TorchScript's module call stack
+  Parameter,        // the op used a parameter owned by that module
+  UserScope,        // a sentinel::scope (or RECORD_USER_SCOPE) around the op
+  ModelRoot,        // nothing more precise: the watched model itself
+};
+
+struct Frame {
+  int64_t batch_number = 0;
+  int64_t op_index = 0;  // position of this op among the recorded ops of its batch
+  Direction direction = Direction::Forward;
+  std::string module_path;   // as named_modules() names it; "" for the root
+  std::string module_class;  // "Linear", "T5LayerFF", ...
+  std::string op;            // "aten::addmm", ...
+  Attribution attribution = Attribution::ModelRoot;
+  std::vector<Entry> entries;  // parameters, then inputs, then outputs (HF's order)
+  int64_t entries_omitted = 0; // entries beyond the per-frame limit (counted, checked, not kept)
+  bool inputs_finite = true;   // all inputs and parameters finite
+  bool outputs_finite = true;
+};
+
+struct Report {
+  int64_t batch_number = 0;
+  std::vector<Frame> frames;  // oldest first; the last one is where inf/nan was detected
+  // True when the detecting frame's inputs and parameters were finite: the value was made there.
+  bool produced_here = false;
+  std::string origin;          // one line: where the first non-finite value appeared and why
+  int64_t rank = 0;
+  int64_t world_size = 1;
+
+  const Frame& trigger() const { return frames.back(); }
+};
+
+// HF's layout: "Detected inf/nan during batch_number=N", "Last K forward frames:", ...
+std::string render_text(const Report& report);
+// One frame in HF's layout (used by trace mode and render_text).
+std::string render_frame_text(const Frame& frame);
+// HF's trace header: "\n\n<17 spaces> *** Starting batch number=N ***\nabs min  abs max  metadata\n".
+std::string batch_header(int64_t batch_number);
+// Versioned JSON described by reports/report.schema.json.
+std::string render_json(const Report& report);
+const char* to_string(Attribution a);
+const char* to_string(Direction d);
+const char* to_string(EntryKind k);
+
+}  // namespace sentinel

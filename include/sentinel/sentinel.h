@@ -1,0 +1,10 @@
+#pragma once
+// Overflow Sentinel: the whole public API.
+#include <sentinel/detect.h>
+#include <sentinel/errors.h>
+#include <sentinel/options.h>
+#include <sentinel/report.h>
+#include <sentinel/scope.h>
+#include <sentinel/stats.h>
+#include <sentinel/version.h>
+#include <sentinel/watchdog.h>

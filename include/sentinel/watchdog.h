@@ -1,0 +1,150 @@
+#pragma once
+// The watchdog: attach to a model, run it as usual, get a report at the first inf/nan.
+//
+//   auto debug = sentinel::DebugUnderflowOverflow(model);      // C++ frontend or TorchScript
+//   auto y = debug.forward(x);                                 // one batch; throws NonFiniteError
+//
+// Or, in a loop that calls the model itself:
+//   sentinel::Watchdog watch(model);
+//   for (...) { auto step = watch.batch(); auto y = model->forward(x); ...; step.finish(); }
+//
+// Detaching is destroying the object: its RecordFunction callback is removed.
+#include <sentinel/options.h>
+#include <sentinel/report.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace torch {
+namespace nn {
+class Module;
+template <typename Contained>
+class ModuleHolder;
+}  // namespace nn
+namespace jit {
+struct Module;
+}  // namespace jit
+}  // namespace torch
+namespace c10 {
+struct IValue;
+}
+
+namespace sentinel {
+
+class Watchdog;
+
+// One batch, from construction to finish() (or destruction). A batch's ops, and a training
+// step's backward run inside it, carry its number. finish() ends it and throws what it caught.
+class BatchGuard {
+ public:
+  BatchGuard(BatchGuard&& other) noexcept;
+  BatchGuard& operator=(BatchGuard&&) = delete;
+  BatchGuard(const BatchGuard&) = delete;
+  // Ends the batch if finish() was not called; throws a pending error unless already unwinding.
+  ~BatchGuard() noexcept(false);
+  // Ends the batch; throws sentinel::NonFiniteError or sentinel::AbortAfterBatch if due.
+  void finish();
+
+ private:
+  friend class Watchdog;
+  explicit BatchGuard(Watchdog* owner);
+  Watchdog* owner_;
+  int uncaught_at_start_;
+};
+
+class Watchdog {
+ public:
+  Watchdog(std::shared_ptr<torch::nn::Module> model, Options options = Options());
+  Watchdog(const torch::jit::Module& model, Options options = Options());
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // Opens a batch on the calling thread (throws a pending error first).
+  BatchGuard batch();
+  // Throws what was detected since the last safe point, if anything.
+  void check();
+  // The number the next batch will get (= batches finished so far).
+  int64_t batch_number() const;
+  // The most recent report, if any inf/nan was detected.
+  std::optional<Report> last_report() const;
+  // Frames currently kept (oldest first): never more than max_frames_to_save.
+  std::vector<Frame> saved_frames() const;
+  const Options& options() const;
+
+  struct Impl;
+
+ private:
+  friend class BatchGuard;
+  void end_batch();
+  std::unique_ptr<Impl> impl_;
+};
+
+namespace detail {
+template <class M>
+std::shared_ptr<torch::nn::Module> watch_target(const torch::nn::ModuleHolder<M>& holder) {
+  return holder.ptr();
+}
+template <class M>
+std::shared_ptr<torch::nn::Module> watch_target(const std::shared_ptr<M>& ptr) {
+  return ptr;
+}
+}  // namespace detail
+
+// HF's name, for a C++-frontend model (ModuleHolder such as `MyNet`, or std::shared_ptr<MyNetImpl>):
+// forward(args...) runs model->forward(args...) as one batch.
+template <class Model>
+class DebugUnderflowOverflow : public Watchdog {
+ public:
+  explicit DebugUnderflowOverflow(Model model, Options options = Options())
+      : Watchdog(detail::watch_target(model), std::move(options)), model_(std::move(model)) {}
+
+  template <class... Args>
+  auto forward(Args&&... args) {
+    auto step = batch();
+    auto out = model_->forward(std::forward<Args>(args)...);
+    step.finish();
+    return out;
+  }
+  template <class... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+  Model& model() { return model_; }
+
+ private:
+  Model model_;
+};
+
+// For a TorchScript model: forward({x, y}) runs model.forward as one batch. Calls of
+// model.forward made directly are batches too; their errors are thrown at the next safe point
+// (forward, batch(), check()).
+template <>
+class DebugUnderflowOverflow<torch::jit::Module> : public Watchdog {
+ public:
+  explicit DebugUnderflowOverflow(torch::jit::Module& model, Options options = Options())
+      : Watchdog(model, std::move(options)), model_(&model) {}
+
+  template <class Inputs = std::vector<c10::IValue>>
+  auto forward(Inputs inputs) {
+    // A type that depends on Inputs, so the call compiles where torch::jit::Module is complete.
+    using JitModule = std::conditional_t<sizeof(Inputs) != 0, torch::jit::Module, void>;
+    auto step = batch();
+    auto out = static_cast<JitModule*>(model_)->forward(std::move(inputs));
+    step.finish();
+    return out;
+  }
+  template <class Inputs = std::vector<c10::IValue>>
+  auto operator()(Inputs inputs) {
+    return forward<Inputs>(std::move(inputs));
+  }
+
+ private:
+  torch::jit::Module* model_;  // the caller's module, which outlives this watchdog
+};
+
+}  // namespace sentinel

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every build, test and run dependency from Debian's packages.
+# Safe to run repeatedly: apt-get skips what is already installed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libtorch-dev            # LibTorch 1.13 (CPU)
+  libopenblas0-pthread    # without it LibTorch uses the reference BLAS (GEMMs ~18x slower)
+  libfmt-dev
+  libboost-stacktrace-dev
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  nlohmann-json3-dev
+  libcli11-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

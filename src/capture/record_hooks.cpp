@@ -1,0 +1,116 @@
+// The one RecordFunction callback of the process, shared by every watchdog: it tracks op depth
+// and scopes per thread and passes the outermost ops to the session active on that thread.
+#include <ATen/record_function.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "capture/thread_state.h"
+
+namespace sentinel {
+namespace capture {
+
+ThreadState& thread_state() {
+  static thread_local ThreadState state;
+  return state;
+}
+
+namespace {
+
+std::mutex registration_mutex;
+int registration_count = 0;
+at::CallbackHandle registration_handle = 0;
+
+Session* bound_torchscript_session(ThreadState& ts) {
+  for (auto it = ts.bound.rbegin(); it != ts.bound.rend(); ++it) {
+    if (auto s = it->lock()) {
+      if (s->opens_batches_on_torchscript_forward()) return s.get();
+    }
+  }
+  return nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  ThreadState& ts = thread_state();
+  switch (fn.scope()) {
+    case at::RecordScope::FUNCTION:
+      // Nested ops (the mm inside a linear, the empty inside a dropout) are ignored.
+      if (ts.op_depth++ == 0 && ts.backward_depth == 0) {
+        if (Session* s = ts.active()) s->op_start(fn, ts);
+      }
+      break;
+    case at::RecordScope::BACKWARD_FUNCTION:
+      ++ts.backward_depth;
+      break;
+    case at::RecordScope::TORCHSCRIPT_FUNCTION:
+      // Only a top-level `forward` is a batch (TorchScript also runs helpers such as `defaults`).
+      if (ts.torchscript_depth++ == 0 && ts.active() == nullptr && std::strcmp(fn.name(), "forward") == 0) {
+        if (Session* s = bound_torchscript_session(ts)) {
+          ts.auto_batch = s;
+          s->begin_auto_batch();
+        }
+      }
+      break;
+    case at::RecordScope::USER_SCOPE:
+      ts.scopes.push_back(ScopeEntry{fn.name(), nullptr});
+      ++ts.scopes_version;
+      break;
+    default:
+      break;
+  }
+  return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  ThreadState& ts = thread_state();
+  switch (fn.scope()) {
+    case at::RecordScope::FUNCTION:
+      if (--ts.op_depth == 0 && ts.open_frame_owner != nullptr) {
+        Session* owner = ts.open_frame_owner;
+        owner->op_end(fn, ts);
+        ts.open_frame_owner = nullptr;
+      }
+      break;
+    case at::RecordScope::BACKWARD_FUNCTION:
+      --ts.backward_depth;
+      break;
+    case at::RecordScope::TORCHSCRIPT_FUNCTION:
+      if (--ts.torchscript_depth == 0 && ts.auto_batch != nullptr) {
+        Session* s = ts.auto_batch;
+        ts.auto_batch = nullptr;
+        s->end_auto_batch();
+      }
+      break;
+    case at::RecordScope::USER_SCOPE:
+      if (!ts.scopes.empty()) ts.scopes.pop_back();
+      ++ts.scopes_version;
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void acquire_callback() {
+  std::lock_guard<std::mutex> lock(registration_mutex);
+  if (registration_count++ == 0) {
+    registration_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(on_start, on_end)
+            .needsInputs(true)
+            .needsOutputs(true)
+            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                     at::RecordScope::TORCHSCRIPT_FUNCTION, at::RecordScope::USER_SCOPE}));
+  }
+}
+
+void release_callback() {
+  std::lock_guard<std::mutex> lock(registration_mutex);
+  if (--registration_count == 0) {
+    at::removeCallback(registration_handle);
+    registration_handle = 0;
+  }
+}
+
+}  // namespace capture
+}  // namespace sentinel

@@ -1,0 +1,53 @@
+#pragma once
+// Per-thread capture state. RecordFunction callbacks are plain function pointers, so everything
+// they need between a start and its end lives here.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/session.h"
+#include "core/frame_record.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+}  // namespace torch
+
+namespace sentinel {
+namespace capture {
+
+struct ScopeEntry {
+  std::string name;                         // a named scope ("gate", RECORD_USER_SCOPE's name)
+  const torch::nn::Module* module = nullptr;  // or a module scope
+};
+
+struct ThreadState {
+  // Sessions made on this thread, innermost last; weak so a session destroyed elsewhere is
+  // never touched again.
+  std::vector<std::weak_ptr<Session>> bound;
+  Session* explicit_batch = nullptr;  // batch() opened on this thread
+  Session* auto_batch = nullptr;      // TorchScript forward running on this thread
+  int op_depth = 0;
+  int torchscript_depth = 0;
+  int backward_depth = 0;
+
+  std::vector<ScopeEntry> scopes;
+  uint64_t scopes_version = 0;  // bumped on every push/pop, to cache the scope's place
+
+  // The frame of the outermost op in flight, filled between its start and end callbacks.
+  Session* open_frame_owner = nullptr;
+  core::FrameRecord open_frame;
+
+  Session* active() const { return explicit_batch ? explicit_batch : auto_batch; }
+};
+
+ThreadState& thread_state();
+
+// Registers the process-wide RecordFunction callback while at least one session exists.
+void acquire_callback();
+void release_callback();
+
+}  // namespace capture
+}  // namespace sentinel

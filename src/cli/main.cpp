@@ -1,0 +1,97 @@
+// sentinel: run a TorchScript model under the watchdog, or the embedded demo.
+//   sentinel                      # the demo
+//   sentinel demo [--report-dir D]
+//   sentinel run --model M.pt --inputs B.pt [--max-frames N] [--trace-batches 1,3]
+//                [--abort-after N] [--report-dir D] [--warn]
+// Exit codes: 0 clean, 1 internal error, 2 usage error, 3 inf/nan detected, 4 bad input files.
+#include <sentinel/errors.h>
+#include <sentinel/version.h>
+
+#include <CLI/CLI.hpp>
+#include <torch/script.h>
+
+#include <iostream>
+
+#include "cli/demo_model.h"
+#include "cli/run_command.h"
+
+namespace {
+
+struct CommonFlags {
+  int64_t max_frames = 21;
+  std::vector<int64_t> trace_batches;
+  int64_t abort_after = -1;
+  std::string report_dir;
+  bool warn = false;
+
+  void add_to(CLI::App* app) {
+    app->add_option("--max-frames", max_frames, "frames shown in a report (HF's max_frames_to_save)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+    app->add_option("--trace-batches", trace_batches, "batches to trace frame by frame, e.g. 1,3 (0-indexed)")
+        ->delimiter(',')
+        ->check(CLI::NonNegativeNumber);
+    app->add_option("--abort-after", abort_after, "stop after this batch (0-indexed)")->check(CLI::NonNegativeNumber);
+    app->add_option("--report-dir", report_dir, "write the report as .txt and .json into this directory");
+    app->add_flag("--warn", warn, "report inf/nan and keep running instead of stopping");
+  }
+  sentinel::Options options() const {
+    auto o = sentinel::Options().max_frames_to_save(max_frames).trace_batch_nums(trace_batches).report_dir(report_dir);
+    if (abort_after >= 0) o.abort_after_batch_num(abort_after);
+    if (warn) o.action(sentinel::Action::Warn);
+    return o;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Overflow Sentinel " SENTINEL_VERSION_STRING
+               ": stops a LibTorch model at the first inf/nan and shows where it came from"};
+  app.set_version_flag("--version", SENTINEL_VERSION_STRING);
+  app.require_subcommand(0, 1);
+
+  CommonFlags run_flags, demo_flags;
+  std::string model_path, inputs_path;
+  auto* run = app.add_subcommand("run", "run a TorchScript model on batches saved with torch.save([...])");
+  run->add_option("--model", model_path, "TorchScript model (torch.jit.save)")->required();
+  run->add_option("--inputs", inputs_path, "batches: torch.save([batch0, batch1, ...])")->required();
+  run_flags.add_to(run);
+  auto* demo = app.add_subcommand("demo", "run the embedded T5-style demo, whose feed-forward overflows");
+  demo_flags.add_to(demo);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return sentinel::cli::kUsageError;
+  }
+
+  try {
+    if (run->parsed()) {
+      auto options = run_flags.options();
+      options.validate();
+      auto model = sentinel::cli::load_model(model_path);
+      auto batches = sentinel::cli::load_batches(inputs_path);
+      return sentinel::cli::run_batches(model, batches, options);
+    }
+    auto options = demo_flags.options();
+    options.validate();
+    std::cout << "sentinel demo: a T5-style encoder (TorchScript) whose gated-GELU feed-forward overflows float32\n"
+              << "at batch " << sentinel::demo::kOverflowBatch << " as its inputs grow.\n";
+    auto model = sentinel::demo::make_t5_encoder();
+    return sentinel::cli::run_batches(model, sentinel::demo::make_batches(), options);
+  } catch (const sentinel::OptionError& e) {
+    std::cerr << "sentinel: " << e.what() << "\n";
+    return sentinel::cli::kUsageError;
+  } catch (const sentinel::InputError& e) {
+    std::cerr << "sentinel: " << e.what() << "\n";
+    return sentinel::cli::kInputError;
+  } catch (const std::exception& e) {
+    std::cerr << "sentinel: internal error: " << e.what() << "\n";
+    return sentinel::cli::kInternalError;
+  }
+}

@@ -1,0 +1,28 @@
+#include <sentinel/detect.h>
+#include <sentinel/stats.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/record_function.h>
+#include <c10/core/InferenceMode.h>
+
+#include <iostream>
+
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+
+bool detect_overflow(const at::Tensor& tensor, const std::string& ctx) {
+  return detect_overflow(tensor, ctx, std::cout);
+}
+
+bool detect_overflow(const at::Tensor& tensor, const std::string& ctx, std::ostream& out) {
+  at::DisableRecordFunctionGuard no_recursion;
+  c10::InferenceMode no_autograd;
+  TensorStats s;
+  if (stats::compute(tensor, s) != stats::Readability::Read) return false;
+  if (s.nan > 0) out << ctx << " has nans\n";
+  if (s.pos_inf + s.neg_inf > 0) out << ctx << " has infs\n";
+  return !s.finite();
+}
+
+}  // namespace sentinel

@@ -1,0 +1,70 @@
+#pragma once
+// Frames as compact values: numbers and ids only, no strings and no tensors. Strings are made
+// when a report is rendered.
+#include <sentinel/stats.h>
+
+#include <array>
+#include <cstdint>
+
+namespace sentinel {
+namespace core {
+
+enum class Role : uint8_t { Param, Input, Output };
+enum class EntryState : uint8_t { Read, None, NotATensor, Skipped };
+
+struct EntryRecord {
+  TensorStats stats;
+  uint32_t param_name = 0;  // Param: id in the watchdog's string table
+  int16_t index = -1;       // input[i] / output[i]; -1: the single output ("output")
+  int16_t sub_index = -1;   // [j] inside a list argument
+  Role role = Role::Input;
+  EntryState state = EntryState::Read;
+  int8_t dtype = -1;        // c10::ScalarType
+  uint8_t skip_reason = 0;  // stats::Readability when Skipped
+};
+
+struct FrameRecord {
+  static constexpr int kMaxEntries = 16;
+
+  int64_t batch_number = 0;
+  int64_t op_index = 0;
+  uint32_t op = 0;     // string table id of the op name
+  uint32_t place = 0;  // PlaceTable id: module path + class
+  uint8_t attribution = 0;
+  uint8_t direction = 0;
+  uint16_t entry_count = 0;
+  int64_t entries_omitted = 0;
+  bool inputs_finite = true;
+  bool outputs_finite = true;
+  std::array<EntryRecord, kMaxEntries> entries;
+
+  void reset() {
+    entry_count = 0;
+    entries_omitted = 0;
+    inputs_finite = outputs_finite = true;
+  }
+  // Keeps the entry if there is room; its finiteness counts either way.
+  void add(const EntryRecord& e) {
+    if (!e.stats.finite()) (e.role == Role::Output ? outputs_finite : inputs_finite) = false;
+    if (entry_count < kMaxEntries) entries[entry_count++] = e;
+    else ++entries_omitted;
+  }
+  bool finite() const { return inputs_finite && outputs_finite; }
+  // Copies only the entries in use (a full copy would move ~1 KiB per op).
+  void assign(const FrameRecord& o) {
+    batch_number = o.batch_number;
+    op_index = o.op_index;
+    op = o.op;
+    place = o.place;
+    attribution = o.attribution;
+    direction = o.direction;
+    entry_count = o.entry_count;
+    entries_omitted = o.entries_omitted;
+    inputs_finite = o.inputs_finite;
+    outputs_finite = o.outputs_finite;
+    for (int i = 0; i < entry_count; ++i) entries[i] = o.entries[i];
+  }
+};
+
+}  // namespace core
+}  // namespace sentinel

@@ -1,0 +1,70 @@
+#pragma once
+// Attribution: which module (path as named_modules() says it, and class) an op belongs to.
+// Parameters are found by identity (TensorImpl*), then by storage for views such as weight.t();
+// TorchScript module call stacks are mapped back onto the real module tree.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/string_table.h"
+
+namespace at {
+class Tensor;
+}
+namespace torch {
+namespace nn {
+class Module;
+}
+namespace jit {
+struct Module;
+}
+}  // namespace torch
+
+namespace sentinel {
+namespace core {
+
+struct ParamRef {
+  uint32_t place;  // the owning module
+  uint32_t name;   // "weight", in the string table
+};
+
+// "torch::nn::LinearImpl" -> "Linear"; "__torch__.Block" -> "Block".
+std::string short_class_name(const std::string& qualified);
+
+class ModelIndex {
+ public:
+  ModelIndex(std::shared_ptr<torch::nn::Module> model, StringTable& strings, PlaceTable& places);
+  ModelIndex(const torch::jit::Module& model, StringTable& strings, PlaceTable& places);
+  ~ModelIndex();
+
+  bool is_torchscript() const;
+  // C++-frontend models may gain or swap parameters between batches: re-read them.
+  void refresh();
+  const ParamRef* find_param(const at::Tensor& t) const;
+  uint32_t root_place() const { return root_place_; }
+  std::optional<uint32_t> module_place(const torch::nn::Module* m) const;
+  // Raw TorchScript hierarchy (entries "name(Class)::method", root first) -> place.
+  uint32_t place_for_hierarchy(const std::vector<std::string>& raw);
+
+ private:
+  void index_cpp();
+  void index_torchscript();
+  void add_param(const at::Tensor& p, uint32_t place, const std::string& name);
+
+  std::shared_ptr<torch::nn::Module> cpp_model_;
+  std::unique_ptr<torch::jit::Module> jit_model_;
+  StringTable& strings_;
+  PlaceTable& places_;
+  uint32_t root_place_ = 0;
+  std::unordered_map<const void*, ParamRef> by_impl_;
+  std::unordered_map<const void*, ParamRef> by_storage_;
+  std::unordered_map<const void*, int> storage_users_;
+  std::unordered_map<const torch::nn::Module*, uint32_t> cpp_module_places_;
+  std::unordered_map<std::string, uint32_t> hierarchy_cache_;
+};
+
+}  // namespace core
+}  // namespace sentinel

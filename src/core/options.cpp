@@ -1,0 +1,32 @@
+#include <sentinel/errors.h>
+#include <sentinel/options.h>
+
+#include <iostream>
+#include <string>
+
+namespace sentinel {
+
+std::ostream& Options::output() const { return output_ ? *output_ : std::cout; }
+
+void Options::validate() const {
+  if (max_frames_to_save_ < 1) {
+    throw OptionError("sentinel: max_frames_to_save must be at least 1, got " + std::to_string(max_frames_to_save_));
+  }
+  if (max_frames_to_save_ > 1000000) {
+    throw OptionError("sentinel: max_frames_to_save must be at most 1000000, got " +
+                      std::to_string(max_frames_to_save_));
+  }
+  for (int64_t b : trace_batch_nums_) {
+    if (b < 0) {
+      throw OptionError("sentinel: trace_batch_nums are 0-indexed batch numbers, got " + std::to_string(b));
+    }
+  }
+  if (abort_after_batch_num_ && *abort_after_batch_num_ < 0) {
+    throw OptionError("sentinel: abort_after_batch_num must be >= 0, got " + std::to_string(*abort_after_batch_num_));
+  }
+  if (action_ == Action::Callback && !callback_) {
+    throw OptionError("sentinel: Action::Callback needs a callback (set it with Options::callback(fn))");
+  }
+}
+
+}  // namespace sentinel

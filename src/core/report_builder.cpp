@@ -1,0 +1,119 @@
+// Turns compact frame records into the plain Report values that renderers consume.
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+
+#include "core/watchdog_impl.h"
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+
+namespace {
+
+std::string entry_label(const core::EntryRecord& e, const core::StringTable& strings) {
+  if (e.role == core::Role::Param) return strings.at(e.param_name);
+  std::string label = e.role == core::Role::Input ? "input" : "output";
+  if (e.index >= 0) label += "[" + std::to_string(e.index) + "]";
+  if (e.sub_index >= 0) label += "[" + std::to_string(e.sub_index) + "]";
+  return label;
+}
+
+std::string dtype_text(int8_t dtype) {
+  if (dtype < 0) return "";
+  switch (static_cast<c10::ScalarType>(dtype)) {
+    case c10::kFloat: return "float32";
+    case c10::kDouble: return "float64";
+    case c10::kHalf: return "float16";
+    case c10::kBFloat16: return "bfloat16";
+    case c10::kLong: return "int64";
+    case c10::kInt: return "int32";
+    case c10::kShort: return "int16";
+    case c10::kChar: return "int8";
+    case c10::kByte: return "uint8";
+    case c10::kBool: return "bool";
+    default: return c10::toString(static_cast<c10::ScalarType>(dtype));
+  }
+}
+
+std::string join_labels(const Frame& f, bool inputs) {
+  std::string out;
+  for (const auto& e : f.entries) {
+    const bool is_output = e.label.rfind("output", 0) == 0;
+    if (is_output == inputs || e.kind != EntryKind::Tensor || e.stats.finite()) continue;
+    if (!out.empty()) out += ", ";
+    out += e.label;
+  }
+  return out;
+}
+
+std::string where(const Frame& f) {
+  std::string s = f.op + " in " + (f.module_path.empty() ? "the model's root" : f.module_path);
+  if (!f.module_class.empty()) s += " (" + f.module_class + ")";
+  return s;
+}
+
+}  // namespace
+
+Frame Watchdog::Impl::to_frame(const core::FrameRecord& r) const {
+  Frame f;
+  f.batch_number = r.batch_number;
+  f.op_index = r.op_index;
+  f.direction = static_cast<Direction>(r.direction);
+  f.module_path = places.path(r.place);
+  f.module_class = places.cls(r.place);
+  f.op = strings.at(r.op);
+  f.attribution = static_cast<Attribution>(r.attribution);
+  f.entries_omitted = r.entries_omitted;
+  f.inputs_finite = r.inputs_finite;
+  f.outputs_finite = r.outputs_finite;
+  // HF's order: parameters, inputs, outputs (each in call order).
+  for (core::Role role : {core::Role::Param, core::Role::Input, core::Role::Output}) {
+    for (int i = 0; i < r.entry_count; ++i) {
+      const auto& e = r.entries[i];
+      if (e.role != role) continue;
+      Entry out;
+      out.label = entry_label(e, strings);
+      out.dtype = dtype_text(e.dtype);
+      out.stats = e.stats;
+      switch (e.state) {
+        case core::EntryState::Read: out.kind = EntryKind::Tensor; break;
+        case core::EntryState::None: out.kind = EntryKind::None; break;
+        case core::EntryState::NotATensor: out.kind = EntryKind::NotATensor; break;
+        case core::EntryState::Skipped:
+          out.kind = EntryKind::Skipped;
+          out.skip_reason = stats::describe(static_cast<stats::Readability>(e.skip_reason));
+          break;
+      }
+      f.entries.push_back(std::move(out));
+    }
+  }
+  return f;
+}
+
+Report Watchdog::Impl::build_report() const {
+  Report report;
+  for (size_t i = 0; i < ring.size(); ++i) report.frames.push_back(to_frame(ring.at(i)));
+  const Frame& t = report.trigger();
+  report.batch_number = t.batch_number;
+  report.produced_here = t.inputs_finite && !t.outputs_finite;
+  if (report.produced_here) {
+    report.origin = "origin: " + where(t) + " produced the first inf/nan (in " + join_labels(t, false) +
+                    "): all its inputs and parameters were finite";
+  } else {
+    std::string params, inputs;
+    for (const auto& e : t.entries) {
+      if (e.kind != EntryKind::Tensor || e.stats.finite()) continue;
+      if (e.label.rfind("input", 0) == 0) inputs += (inputs.empty() ? "" : ", ") + e.label;
+      else if (e.label.rfind("output", 0) != 0) {
+        params += (params.empty() ? "" : ", ") + (t.module_path.empty() ? e.label : t.module_path + "." + e.label);
+      }
+    }
+    report.origin = "origin: inf/nan passed through " + where(t) + " - it was already in ";
+    if (!params.empty()) report.origin += "parameter " + params + (inputs.empty() ? "" : " and ");
+    if (!inputs.empty()) report.origin += inputs;
+    if (t.op_index == 0 && !inputs.empty()) report.origin += " (the batch's input)";
+  }
+  return report;
+}
+
+}  // namespace sentinel

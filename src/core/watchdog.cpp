@@ -1,0 +1,202 @@
+// Watchdog lifetime, batches, and what happens at a trip.
+#include <sentinel/watchdog.h>
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/nn/module.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/watchdog_impl.h"
+#include "report/report_files.h"
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+
+Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options options)
+    : opts(std::move(options)),
+      index(std::move(model_index)),
+      ring(static_cast<size_t>(opts.max_frames_to_save())),
+      batches(opts.trace_batch_nums(), opts.abort_after_batch_num()) {
+  // A non-owning handle: threads hold weak copies that expire when this resets.
+  alive = std::shared_ptr<capture::Session>(static_cast<capture::Session*>(this), [](capture::Session*) {});
+  capture::thread_state().bound.push_back(alive);
+  capture::acquire_callback();
+}
+
+Watchdog::Impl::~Impl() {
+  capture::release_callback();
+  auto& bound = capture::thread_state().bound;
+  for (auto it = bound.begin(); it != bound.end();) {
+    auto s = it->lock();
+    it = (!s || s.get() == this) ? bound.erase(it) : it + 1;
+  }
+  auto& ts = capture::thread_state();
+  if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
+  if (ts.auto_batch == this) ts.auto_batch = nullptr;
+  if (ts.open_frame_owner == this) ts.open_frame_owner = nullptr;
+  alive.reset();
+}
+
+void Watchdog::Impl::begin_batch_locked() {
+  if (index) index->refresh();
+  if (batches.begin()) {
+    opts.output() << batch_header(batches.current()) << std::flush;
+  }
+}
+
+void Watchdog::Impl::end_batch_locked() {
+  const int64_t finished = batches.current();
+  if (batches.end() && !pending) {
+    pending = std::make_exception_ptr(AbortAfterBatch(finished));
+    stopped = true;
+  }
+}
+
+void Watchdog::Impl::begin_auto_batch() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!stopped) begin_batch_locked();
+}
+
+void Watchdog::Impl::end_auto_batch() {
+  std::lock_guard<std::mutex> lock(mutex);
+  end_batch_locked();
+}
+
+bool Watchdog::Impl::begin_explicit_batch() {
+  auto& ts = capture::thread_state();
+  if (ts.explicit_batch == this) return false;  // forward() inside batch(): one batch
+  std::lock_guard<std::mutex> lock(mutex);
+  begin_batch_locked();
+  ts.explicit_batch = this;
+  return true;
+}
+
+void Watchdog::Impl::end_explicit_batch() {
+  auto& ts = capture::thread_state();
+  if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  end_batch_locked();
+}
+
+void Watchdog::Impl::throw_pending() {
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::swap(e, pending);
+    stopped = false;
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+// Called with the lock held and the detecting frame just pushed.
+void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
+  Report report = build_report();
+  reported_batch = report.batch_number;
+  last_report = report;
+  const std::string text = render_text(report);
+  const Action action = opts.action();
+  if (action == Action::Throw) {
+    pending = std::make_exception_ptr(NonFiniteError(report, text));
+    stopped = true;
+  }
+  lock.unlock();  // files and user callbacks run without the lock
+
+  std::ostream& out = opts.output();
+  if (action != Action::Callback) out << text << std::flush;
+  if (!opts.report_dir().empty()) {
+    std::string error = report::write_report_files(opts.report_dir(), report, text);
+    if (!error.empty()) out << "sentinel: " << error << " (the report above is complete)\n" << std::flush;
+  }
+  if (action == Action::Abort) {
+    std::cerr << "sentinel: inf/nan detected, aborting (Action::Abort)\n" << std::flush;
+    std::abort();
+  }
+  if (action == Action::Callback && opts.callback()) {
+    try {
+      opts.callback()(report);
+    } catch (const std::exception& e) {
+      out << "sentinel: the report callback threw: " << e.what() << "\n" << std::flush;
+    }
+  }
+}
+
+// ---- Watchdog ---------------------------------------------------------------------------------
+
+Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
+  if (!model) throw OptionError("sentinel::Watchdog: the model is null");
+  options.validate();
+  report::prepare_report_dir(options.report_dir());
+  auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  impl->index =
+      std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
+  impl_ = std::move(impl);
+}
+
+Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
+  options.validate();
+  report::prepare_report_dir(options.report_dir());
+  auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
+  impl_ = std::move(impl);
+}
+
+Watchdog::~Watchdog() = default;
+
+BatchGuard Watchdog::batch() {
+  impl_->throw_pending();
+  return BatchGuard(impl_->begin_explicit_batch() ? this : nullptr);
+}
+
+void Watchdog::end_batch() { impl_->end_explicit_batch(); }
+
+void Watchdog::check() { impl_->throw_pending(); }
+
+int64_t Watchdog::batch_number() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->batches.next();
+}
+
+std::optional<Report> Watchdog::last_report() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->last_report;
+}
+
+std::vector<Frame> Watchdog::saved_frames() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<Frame> frames;
+  for (size_t i = 0; i < impl_->ring.size(); ++i) frames.push_back(impl_->to_frame(impl_->ring.at(i)));
+  return frames;
+}
+
+const Options& Watchdog::options() const { return impl_->opts; }
+
+// ---- BatchGuard -------------------------------------------------------------------------------
+
+BatchGuard::BatchGuard(Watchdog* owner) : owner_(owner), uncaught_at_start_(std::uncaught_exceptions()) {}
+
+BatchGuard::BatchGuard(BatchGuard&& other) noexcept
+    : owner_(other.owner_), uncaught_at_start_(other.uncaught_at_start_) {
+  other.owner_ = nullptr;
+}
+
+void BatchGuard::finish() {
+  if (!owner_) return;
+  Watchdog* w = owner_;
+  owner_ = nullptr;
+  w->end_batch();
+  w->check();
+}
+
+BatchGuard::~BatchGuard() noexcept(false) {
+  if (!owner_) return;
+  Watchdog* w = owner_;
+  owner_ = nullptr;
+  w->end_batch();
+  // Never throw while another exception unwinds the stack (that would terminate).
+  if (std::uncaught_exceptions() == uncaught_at_start_) w->check();
+}
+
+}  // namespace sentinel

@@ -1,0 +1,212 @@
+// The hot path: what the watchdog does with each outermost op.
+//
+// RecordFunction::inputs() carries a debug-only assertion on a flag that LibTorch's release build
+// never sets, so it must be compiled as in release here.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+#include <ATen/record_function.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include "core/watchdog_impl.h"
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+
+using core::EntryRecord;
+using core::EntryState;
+using core::FrameRecord;
+using core::Role;
+
+namespace {
+
+EntryRecord tensor_entry(const at::Tensor& t, Role role, int index, int sub) {
+  EntryRecord e;
+  e.role = role;
+  e.index = static_cast<int16_t>(index);
+  e.sub_index = static_cast<int16_t>(sub);
+  const auto r = stats::compute(t, e.stats);
+  e.state = r == stats::Readability::Read ? EntryState::Read
+            : r == stats::Readability::Undefined ? EntryState::None
+                                                  : EntryState::Skipped;
+  e.skip_reason = static_cast<uint8_t>(r);
+  e.dtype = t.defined() ? static_cast<int8_t>(t.scalar_type()) : -1;
+  return e;
+}
+
+EntryRecord plain_entry(EntryState state, Role role, int index, int sub) {
+  EntryRecord e;
+  e.role = role;
+  e.state = state;
+  e.index = static_cast<int16_t>(index);
+  e.sub_index = static_cast<int16_t>(sub);
+  return e;
+}
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->expectRef<c10::OptionalType>().getElementType();
+  if (t->kind() == c10::TypeKind::ListType) t = t->expectRef<c10::ListType>().getElementType();
+  return t->kind() == c10::TypeKind::TensorType;
+}
+
+}  // namespace
+
+const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t name_id) {
+  if (name_id >= op_infos.size()) op_infos.resize(name_id + 1);
+  OpInfo& info = op_infos[name_id];
+  if (info.known) return info;
+  info.known = true;
+  if (auto schema = fn.operator_schema()) {
+    const auto& returns = schema->returns();
+    bool all_views = !returns.empty();
+    for (const auto& r : returns) {
+      const auto* alias = r.alias_info();
+      all_views = all_views && alias != nullptr && !alias->isWrite();
+    }
+    info.skip = opts.skip_view_ops() && all_views;
+    info.num_args = static_cast<int>(schema->arguments().size());
+    info.num_returns = static_cast<int>(returns.size());
+    info.tensor_args = 0;
+    const auto& args = schema->arguments();
+    for (size_t i = 0; i < args.size() && i < 64; ++i) {
+      if (is_tensor_type(args[i].type())) info.tensor_args |= (1ull << i);
+    }
+  }
+  return info;
+}
+
+void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg,
+                               const core::ParamRef*& owner) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    const core::ParamRef* param = t.defined() ? index->find_param(t) : nullptr;
+    EntryRecord e = tensor_entry(t, param ? Role::Param : Role::Input, position, -1);
+    if (param) {
+      e.param_name = param->name;
+      if (!owner) owner = param;
+    }
+    f.add(e);
+  } else if (v.isTensorList()) {
+    auto list = v.toTensorList();
+    for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(list.get(j), Role::Input, position, static_cast<int>(j)));
+  } else if (v.isNone() && tensor_arg) {
+    f.add(plain_entry(EntryState::None, Role::Input, position, -1));
+  }
+  // Other arguments (sizes, flags, scalars) configure the op; they hold no activations.
+}
+
+void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor) {
+  const bool single = outputs.size() == 1 && outputs[0].isTensor();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const auto& v = outputs[i];
+    const int index = single ? -1 : static_cast<int>(i);
+    if (v.isTensor()) {
+      any_tensor = true;
+      f.add(tensor_entry(v.toTensor(), Role::Output, index, -1));
+    } else if (v.isTensorList()) {
+      any_tensor = true;
+      auto list = v.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(list.get(j), Role::Output, index, static_cast<int>(j)));
+    } else if (v.isNone()) {
+      f.add(plain_entry(EntryState::None, Role::Output, index, -1));
+    } else {
+      f.add(plain_entry(EntryState::NotATensor, Role::Output, index, -1));
+    }
+  }
+}
+
+uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts) {
+  // Innermost module scope gives the base path; named scopes after it extend it.
+  size_t base = ts.scopes.size();
+  std::optional<uint32_t> module_place;
+  for (size_t i = ts.scopes.size(); i-- > 0;) {
+    if (ts.scopes[i].module) {
+      module_place = index->module_place(ts.scopes[i].module);
+      base = i;
+      break;
+    }
+  }
+  std::string path = module_place ? places.path(*module_place) : std::string();
+  std::string cls = module_place ? places.cls(*module_place) : std::string();
+  for (size_t i = base == ts.scopes.size() ? 0 : base + 1; i < ts.scopes.size(); ++i) {
+    path = path.empty() ? ts.scopes[i].name : path + "." + ts.scopes[i].name;
+    cls = "scope";
+  }
+  return places.intern(path, cls);
+}
+
+void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stopped || !batches.open()) return;
+  const uint32_t name_id = strings.intern(fn.name());
+  const OpInfo& info = op_info(fn, name_id);
+  if (info.skip) return;
+
+  // Reading statistics must neither re-enter this callback nor build autograd history.
+  at::DisableRecordFunctionGuard no_recursion;
+  c10::InferenceMode no_autograd;
+
+  FrameRecord& f = ts.open_frame;
+  f.reset();
+  f.batch_number = batches.current();
+  f.op = name_id;
+  f.direction = static_cast<uint8_t>(Direction::Forward);
+  const core::ParamRef* owner = nullptr;
+  auto inputs = fn.inputs();
+  if (info.num_args >= 0 && inputs.size() > static_cast<size_t>(info.num_args)) {
+    inputs = inputs.slice(inputs.size() - info.num_args);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), owner);
+  }
+
+  if (index->is_torchscript()) {
+    const auto hierarchy = torch::jit::currentModuleHierarchy();
+    f.place = index->place_for_hierarchy(hierarchy);
+    f.attribution = static_cast<uint8_t>(hierarchy.size() > 1 ? Attribution::ModuleHierarchy : Attribution::ModelRoot);
+  } else if (owner) {
+    f.place = owner->place;
+    f.attribution = static_cast<uint8_t>(Attribution::Parameter);
+  } else if (!ts.scopes.empty()) {
+    f.place = scope_place(ts);
+    f.attribution = static_cast<uint8_t>(Attribution::UserScope);
+  } else {
+    f.place = index->root_place();
+    f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
+  }
+  ts.open_frame_owner = this;
+}
+
+void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
+  std::unique_lock<std::mutex> lock(mutex);
+  if (stopped || !batches.open()) return;
+  at::DisableRecordFunctionGuard no_recursion;
+  c10::InferenceMode no_autograd;
+
+  FrameRecord& f = ts.open_frame;
+  bool any_tensor = false;
+  c10::ArrayRef<c10::IValue> outputs = fn.outputs();
+  const uint32_t name_id = f.op;
+  const int num_returns = name_id < op_infos.size() ? op_infos[name_id].num_returns : -1;
+  if (num_returns >= 0 && outputs.size() > static_cast<size_t>(num_returns)) {
+    outputs = outputs.slice(outputs.size() - num_returns);
+  }
+  add_outputs(f, outputs, any_tensor);
+  // Ops that return no tensor (size queries and the like) compute nothing to watch; an op that
+  // threw has no outputs either.
+  if (!any_tensor) return;
+  f.op_index = batches.take_op_index();
+  ring.push(f);
+  if (batches.tracing()) {
+    opts.output() << render_frame_text(to_frame(f)) << std::flush;
+    return;
+  }
+  if (!f.finite() && reported_batch != f.batch_number) trip(lock);
+}
+
+}  // namespace sentinel

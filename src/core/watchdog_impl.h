@@ -1,0 +1,83 @@
+#pragma once
+// The watchdog's state: one capture::Session per watched model.
+#include <sentinel/errors.h>
+#include <sentinel/options.h>
+#include <sentinel/report.h>
+#include <sentinel/watchdog.h>
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "capture/session.h"
+#include "capture/thread_state.h"
+#include "core/batch_state.h"
+#include "core/frame_ring.h"
+#include "core/model_index.h"
+#include "core/string_table.h"
+
+#include <c10/util/ArrayRef.h>
+
+namespace c10 {
+struct IValue;
+}
+
+namespace sentinel {
+
+struct OpInfo {
+  bool known = false;
+  bool skip = false;            // a view: its output repeats its input's values
+  uint64_t tensor_args = ~0ull; // bit i: argument i is a Tensor, Tensor? or Tensor[]
+  // From the schema (-1: unknown). Boxed calls (the TorchScript interpreter) hand RecordFunction
+  // the whole interpreter stack; the op's own arguments and results are its last entries.
+  int num_args = -1;
+  int num_returns = -1;
+};
+
+struct Watchdog::Impl final : capture::Session {
+  Impl(std::unique_ptr<core::ModelIndex> model_index, Options options);
+  ~Impl() override;
+
+  bool opens_batches_on_torchscript_forward() const override { return index && index->is_torchscript(); }
+  void begin_auto_batch() override;
+  void end_auto_batch() override;
+  void op_start(const at::RecordFunction& fn, capture::ThreadState& thread) override;
+  void op_end(const at::RecordFunction& fn, capture::ThreadState& thread) override;
+
+  // Explicit batches (batch(), forward()): false when one is already open on this thread.
+  bool begin_explicit_batch();
+  void end_explicit_batch();
+  void throw_pending();
+
+  Frame to_frame(const core::FrameRecord& f) const;
+  Report build_report() const;
+
+  Options opts;
+  core::StringTable strings;
+  core::PlaceTable places;
+  std::unique_ptr<core::ModelIndex> index;
+  core::FrameRing ring;
+  core::BatchState batches;
+  std::vector<OpInfo> op_infos;  // by op-name id
+
+  mutable std::mutex mutex;
+  std::exception_ptr pending;     // thrown at the next safe point
+  bool stopped = false;           // a trip or abort is pending: record nothing more
+  int64_t reported_batch = -1;    // Warn/Callback report once per batch
+  std::optional<Report> last_report;
+  std::shared_ptr<capture::Session> alive;  // weak references from threads expire with it
+
+ private:
+  const OpInfo& op_info(const at::RecordFunction& fn, uint32_t name_id);
+  void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg,
+                 const core::ParamRef*& owner);
+  void add_outputs(core::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
+  uint32_t scope_place(capture::ThreadState& ts);
+  void begin_batch_locked();
+  void end_batch_locked();
+  void trip(std::unique_lock<std::mutex>& lock);
+};
+
+}  // namespace sentinel

@@ -1,0 +1,49 @@
+#include "report/report_files.h"
+
+#include <sentinel/errors.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace sentinel {
+namespace report {
+
+namespace fs = std::filesystem;
+
+void prepare_report_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw OptionError("sentinel: report_dir '" + dir + "' cannot be created: " + ec.message());
+  if (!fs::is_directory(dir)) throw OptionError("sentinel: report_dir '" + dir + "' is not a directory");
+  const fs::path probe = fs::path(dir) / ".sentinel_write_test";
+  {
+    std::ofstream f(probe);
+    if (!f || !(f << "ok") || !f.flush()) {
+      throw OptionError("sentinel: report_dir '" + dir + "' is not writable: " + std::strerror(errno));
+    }
+  }
+  fs::remove(probe, ec);
+}
+
+std::string write_report_files(const std::string& dir, const Report& report, const std::string& text) {
+  const std::string stem = (report.world_size > 1 ? "rank" + std::to_string(report.rank) + "_" : std::string()) +
+                           "sentinel_batch" + std::to_string(report.batch_number);
+  std::string errors;
+  auto write = [&](const std::string& name, const std::string& content) {
+    const fs::path path = fs::path(dir) / name;
+    std::ofstream f(path);
+    if (!f || !(f << content) || !f.flush()) {
+      errors += (errors.empty() ? "" : "; ") + std::string("could not write ") + path.string() + ": " +
+                std::strerror(errno);
+    }
+  };
+  write(stem + ".txt", text);
+  write(stem + ".json", render_json(report));
+  return errors;
+}
+
+}  // namespace report
+}  // namespace sentinel

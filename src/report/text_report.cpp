@@ -1,0 +1,84 @@
+// HF's text layout, so that people and the tools that parse HF's reports read ours unchanged.
+#include <sentinel/report.h>
+
+#include <cstdio>
+#include <string>
+
+namespace sentinel {
+
+namespace {
+
+const std::string kPrefix(17, ' ');
+
+// Python's f"{value:>17}": right-aligned in 17 columns, as HF writes "None" and "not a tensor".
+std::string right17(const std::string& s) { return s.size() >= 17 ? s : std::string(17 - s.size(), ' ') + s; }
+
+std::string entry_line(const Entry& e) {
+  switch (e.kind) {
+    case EntryKind::Tensor: {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%8.2e %8.2e ", e.stats.hf_abs_min(), e.stats.hf_abs_max());
+      return buf + e.label;
+    }
+    case EntryKind::None: return right17("None") + " " + e.label;
+    case EntryKind::NotATensor: return right17("not a tensor") + " " + e.label;
+    case EntryKind::Skipped: return right17(e.skip_reason) + " " + e.label;
+  }
+  return e.label;
+}
+
+}  // namespace
+
+std::string batch_header(int64_t batch_number) {
+  return "\n\n" + kPrefix + " *** Starting batch number=" + std::to_string(batch_number) + " ***\n" +
+         "abs min  abs max  metadata\n";
+}
+
+std::string render_frame_text(const Frame& frame) {
+  std::string out = kPrefix + " ";
+  if (frame.direction == Direction::Backward) out += "grad of ";
+  out += frame.module_path + " " + frame.module_class + " " + frame.op + "\n";
+  for (const auto& e : frame.entries) out += entry_line(e) + "\n";
+  if (frame.entries_omitted > 0) {
+    out += right17("...") + " " + std::to_string(frame.entries_omitted) + " more entries, checked, not shown\n";
+  }
+  return out;
+}
+
+std::string render_text(const Report& report) {
+  std::string out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + "\n";
+  out += "Last " + std::to_string(report.frames.size()) + " forward frames:\n";
+  out += "abs min  abs max  metadata\n";
+  // The buffer spans batches, as HF's does: mark where each batch starts, in HF's words.
+  for (size_t i = 0; i < report.frames.size(); ++i) {
+    const Frame& f = report.frames[i];
+    if (i > 0 && f.batch_number != report.frames[i - 1].batch_number) out += batch_header(f.batch_number);
+    out += render_frame_text(f);
+  }
+  out += "\n" + report.origin + "\n";
+  return out;
+}
+
+const char* to_string(Attribution a) {
+  switch (a) {
+    case Attribution::ModuleHierarchy: return "module_hierarchy";
+    case Attribution::Parameter: return "parameter";
+    case Attribution::UserScope: return "user_scope";
+    case Attribution::ModelRoot: return "model_root";
+  }
+  return "?";
+}
+
+const char* to_string(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
+
+const char* to_string(EntryKind k) {
+  switch (k) {
+    case EntryKind::Tensor: return "tensor";
+    case EntryKind::None: return "none";
+    case EntryKind::NotATensor: return "not_a_tensor";
+    case EntryKind::Skipped: return "skipped";
+  }
+  return "?";
+}
+
+}  // namespace sentinel

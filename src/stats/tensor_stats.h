@@ -1,0 +1,35 @@
+#pragma once
+// The fused statistics pass over one tensor (CPU).
+#include <sentinel/stats.h>
+
+#include <string>
+
+namespace at {
+class Tensor;
+}
+
+namespace sentinel {
+namespace stats {
+
+enum class Readability {
+  Read,        // stats filled in
+  Undefined,   // an undefined tensor (absent optional): shown as None
+  Empty,       // no elements
+  Sparse,
+  Meta,
+  NotOnCpu,
+  Quantized,
+  Complex,
+  OtherDtype,
+};
+
+// Reads `t` once, in place (dense or strided views alike, never copied). Floating types
+// (float64/32/16, bfloat16) give every count; integer and bool tensors give abs min/max and
+// zeros, as HF shows them. Anything else returns why it was not read.
+Readability compute(const at::Tensor& t, TensorStats& out);
+
+const char* describe(Readability r);
+std::string dtype_name(const at::Tensor& t);
+
+}  // namespace stats
+}  // namespace sentinel

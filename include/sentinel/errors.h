@@ -38,9 +38,9 @@ class NonFiniteError : public Error {
 // abort_after_batch_num reached.
 class AbortAfterBatch : public Error {
  public:
-  explicit AbortAfterBatch(int64_t batch)
+  AbortAfterBatch(int64_t batch, int64_t abort_after_batch_num)
       : Error("sentinel: aborting after batch " + std::to_string(batch) +
-              " as requested by abort_after_batch_num=" + std::to_string(batch)),
+              " as requested by abort_after_batch_num=" + std::to_string(abort_after_batch_num)),
         batch_(batch) {}
   int64_t batch() const noexcept { return batch_; }
 

@@ -2,6 +2,8 @@
 // Overflow Sentinel: the whole public API.
 #include <sentinel/detect.h>
 #include <sentinel/errors.h>
+#include <sentinel/fp8.h>
+#include <sentinel/fp8_scaling.h>
 #include <sentinel/options.h>
 #include <sentinel/report.h>
 #include <sentinel/scope.h>

@@ -99,6 +99,10 @@ int run_batches(torch::jit::Module& model, const std::vector<std::vector<c10::IV
           << "; stopped.\n";
       return kNonFinite;
     } catch (const AbortAfterBatch& e) {
+      if (debug.last_report()) {
+        out << "sentinel: stopped after batch " << e.batch() << " (--abort-after); inf/nan was detected (reported above).\n";
+        return kNonFinite;
+      }
       out << "sentinel: stopped after batch " << e.batch() << " (--abort-after); no inf/nan in batches 0.."
           << e.batch() << ".\n";
       return kClean;

@@ -25,10 +25,13 @@ struct EntryRecord {
 
 struct FrameRecord {
   static constexpr int kMaxEntries = 16;
+  // Inputs stop here so that outputs (what the op made) always have room.
+  static constexpr int kMaxInputEntries = 12;
 
   int64_t batch_number = 0;
   int64_t op_index = 0;
-  uint32_t op = 0;     // string table id of the op name
+  uint32_t op = 0;      // string table id of the op name as shown
+  uint32_t op_key = 0;  // name.overload: the op-info cache key
   uint32_t place = 0;  // PlaceTable id: module path + class
   uint8_t attribution = 0;
   uint8_t direction = 0;
@@ -46,7 +49,8 @@ struct FrameRecord {
   // Keeps the entry if there is room; its finiteness counts either way.
   void add(const EntryRecord& e) {
     if (!e.stats.finite()) (e.role == Role::Output ? outputs_finite : inputs_finite) = false;
-    if (entry_count < kMaxEntries) entries[entry_count++] = e;
+    const int limit = e.role == Role::Output ? kMaxEntries : kMaxInputEntries;
+    if (entry_count < limit) entries[entry_count++] = e;
     else ++entries_omitted;
   }
   bool finite() const { return inputs_finite && outputs_finite; }
@@ -55,6 +59,7 @@ struct FrameRecord {
     batch_number = o.batch_number;
     op_index = o.op_index;
     op = o.op;
+    op_key = o.op_key;
     place = o.place;
     attribution = o.attribution;
     direction = o.direction;

@@ -111,7 +111,8 @@ uint32_t ModelIndex::place_for_hierarchy(const std::vector<std::string>& raw) {
     const std::string cls = (open == std::string::npos || close == std::string::npos)
                                 ? std::string()
                                 : short_class_name(entry.substr(open + 1, close - open - 1));
-    if (instance.empty()) continue;  // a free function such as ::dropout
+    // Free functions appear as "::relu" or "(…)" with no instance name: not modules.
+    if (open == std::string::npos || instance.empty()) continue;
     auto join = [&](const std::string& a) { return path.empty() ? a : path + "." + a; };
     bool found = false;
     for (const auto& child : current.named_children()) {

@@ -19,20 +19,7 @@ std::string entry_label(const core::EntryRecord& e, const core::StringTable& str
 }
 
 std::string dtype_text(int8_t dtype) {
-  if (dtype < 0) return "";
-  switch (static_cast<c10::ScalarType>(dtype)) {
-    case c10::kFloat: return "float32";
-    case c10::kDouble: return "float64";
-    case c10::kHalf: return "float16";
-    case c10::kBFloat16: return "bfloat16";
-    case c10::kLong: return "int64";
-    case c10::kInt: return "int32";
-    case c10::kShort: return "int16";
-    case c10::kChar: return "int8";
-    case c10::kByte: return "uint8";
-    case c10::kBool: return "bool";
-    default: return c10::toString(static_cast<c10::ScalarType>(dtype));
-  }
+  return dtype < 0 ? std::string() : stats::dtype_name(static_cast<c10::ScalarType>(dtype));
 }
 
 std::string join_labels(const Frame& f, bool inputs) {
@@ -97,8 +84,10 @@ Report Watchdog::Impl::build_report() const {
   report.batch_number = t.batch_number;
   report.produced_here = t.inputs_finite && !t.outputs_finite;
   if (report.produced_here) {
-    report.origin = "origin: " + where(t) + " produced the first inf/nan (in " + join_labels(t, false) +
-                    "): all its inputs and parameters were finite";
+    const std::string outputs = join_labels(t, false);
+    report.origin = "origin: " + where(t) + " produced the first inf/nan" +
+                    (outputs.empty() ? std::string(" (in an output not shown)") : " (in " + outputs + ")") +
+                    ": all its inputs and parameters were finite";
   } else {
     std::string params, inputs;
     for (const auto& e : t.entries) {
@@ -111,6 +100,7 @@ Report Watchdog::Impl::build_report() const {
     report.origin = "origin: inf/nan passed through " + where(t) + " - it was already in ";
     if (!params.empty()) report.origin += "parameter " + params + (inputs.empty() ? "" : " and ");
     if (!inputs.empty()) report.origin += inputs;
+    if (params.empty() && inputs.empty()) report.origin += "an input not shown (beyond the per-frame entry limit)";
     if (t.op_index == 0 && !inputs.empty()) report.origin += " (the batch's input)";
   }
   return report;

@@ -50,7 +50,7 @@ void Watchdog::Impl::begin_batch_locked() {
 void Watchdog::Impl::end_batch_locked() {
   const int64_t finished = batches.current();
   if (batches.end() && !pending) {
-    pending = std::make_exception_ptr(AbortAfterBatch(finished));
+    pending = std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished)));
     stopped = true;
   }
 }
@@ -119,6 +119,8 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
       opts.callback()(report);
     } catch (const std::exception& e) {
       out << "sentinel: the report callback threw: " << e.what() << "\n" << std::flush;
+    } catch (...) {
+      out << "sentinel: the report callback threw a non-standard exception\n" << std::flush;
     }
   }
 }

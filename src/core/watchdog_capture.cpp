@@ -61,6 +61,7 @@ const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t nam
   OpInfo& info = op_infos[name_id];
   if (info.known) return info;
   info.known = true;
+  info.display_name = strings.intern(fn.name());
   if (auto schema = fn.operator_schema()) {
     const auto& returns = schema->returns();
     bool all_views = !returns.empty();
@@ -143,7 +144,13 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts) {
 void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
   if (stopped || !batches.open()) return;
-  const uint32_t name_id = strings.intern(fn.name());
+  // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
+  uint32_t name_id;
+  if (auto op = fn.operator_name()) {
+    name_id = op->overload_name.empty() ? strings.intern(op->name) : strings.intern(op->name + "." + op->overload_name);
+  } else {
+    name_id = strings.intern(fn.name());
+  }
   const OpInfo& info = op_info(fn, name_id);
   if (info.skip) return;
 
@@ -154,7 +161,8 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   FrameRecord& f = ts.open_frame;
   f.reset();
   f.batch_number = batches.current();
-  f.op = name_id;
+  f.op = info.display_name;
+  f.op_key = name_id;
   f.direction = static_cast<uint8_t>(Direction::Forward);
   const core::ParamRef* owner = nullptr;
   auto inputs = fn.inputs();
@@ -191,8 +199,7 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
   FrameRecord& f = ts.open_frame;
   bool any_tensor = false;
   c10::ArrayRef<c10::IValue> outputs = fn.outputs();
-  const uint32_t name_id = f.op;
-  const int num_returns = name_id < op_infos.size() ? op_infos[name_id].num_returns : -1;
+  const int num_returns = f.op_key < op_infos.size() ? op_infos[f.op_key].num_returns : -1;
   if (num_returns >= 0 && outputs.size() > static_cast<size_t>(num_returns)) {
     outputs = outputs.slice(outputs.size() - num_returns);
   }

@@ -28,6 +28,7 @@ namespace sentinel {
 
 struct OpInfo {
   bool known = false;
+  uint32_t display_name = 0;  // "aten::mul", as profilers show it (the cache key adds the overload)
   bool skip = false;            // a view: its output repeats its input's values
   uint64_t tensor_args = ~0ull; // bit i: argument i is a Tensor, Tensor? or Tensor[]
   // From the schema (-1: unknown). Boxed calls (the TorchScript interpreter) hand RecordFunction

@@ -54,22 +54,95 @@ constexpr double smallest_normal() {
   else return static_cast<double>(std::numeric_limits<T>::min());
 }
 
-// The hot loop over `n` elements `stride` apart. Compiled for AVX2 and for the baseline; the
-// loader picks the best at run time.
+// Explicit SIMD through GCC vector extensions: a NaN-aware min/max reduction is not
+// auto-vectorised (it would need -ffinite-math-only). 32-byte vectors become AVX2 in the avx2
+// clone and SSE2 pairs in the default one. Comparisons give lane masks of -1, so subtracting a
+// mask counts.
+template <typename F>
+struct Simd;
+template <>
+struct Simd<float> {
+  typedef float V __attribute__((vector_size(32)));
+  typedef int32_t M __attribute__((vector_size(32)));
+  static constexpr int kLanes = 8;
+  static constexpr int32_t kAbsMask = 0x7fffffff;
+};
+template <>
+struct Simd<double> {
+  typedef double V __attribute__((vector_size(32)));
+  typedef int64_t M __attribute__((vector_size(32)));
+  static constexpr int kLanes = 4;
+  static constexpr int64_t kAbsMask = 0x7fffffffffffffffLL;
+};
+
+// Reduces `len` contiguous elements (len < 2^31) into `acc`.
+template <typename F>
+__attribute__((target_clones("avx2", "default"))) void reduce_contiguous(const F* p, int64_t len, F min_normal,
+                                                                         AbsStatsAccumulator<F>& acc) {
+  using S = Simd<F>;
+  using V = typename S::V;
+  using M = typename S::M;
+  constexpr int L = S::kLanes;
+  const F inf = std::numeric_limits<F>::infinity();
+  V mn = V{} + inf, mx = V{}, vinf = V{} + inf, vmin_normal = V{} + min_normal, zero = V{};
+  M nan = M{}, infs = M{}, pinf = M{}, zeros = M{}, sub = M{};
+  const M abs_mask = M{} + S::kAbsMask;
+  int64_t i = 0;
+  for (; i + L <= len; i += L) {
+    V x;
+    std::memcpy(&x, p + i, sizeof x);
+    M bits;
+    std::memcpy(&bits, &x, sizeof x);
+    bits &= abs_mask;
+    V a;
+    std::memcpy(&a, &bits, sizeof a);
+    mn = a < mn ? a : mn;  // NaN compares false: never selected
+    mx = a > mx ? a : mx;
+    nan -= (a != a);
+    infs -= (a == vinf);
+    pinf -= (x == vinf);
+    zeros -= (a == zero);
+    sub -= (a < vmin_normal) & (a > zero);
+  }
+  AbsStatsAccumulator<F> lanes(inf);
+  for (int l = 0; l < L; ++l) {
+    lanes.abs_min = mn[l] < lanes.abs_min ? mn[l] : lanes.abs_min;
+    lanes.abs_max = mx[l] > lanes.abs_max ? mx[l] : lanes.abs_max;
+    lanes.nan += static_cast<uint32_t>(nan[l]);
+    lanes.inf += static_cast<uint32_t>(infs[l]);
+    lanes.pos_inf += static_cast<uint32_t>(pinf[l]);
+    lanes.zeros += static_cast<uint32_t>(zeros[l]);
+    lanes.subnormal += static_cast<uint32_t>(sub[l]);
+  }
+  for (; i < len; ++i) lanes.reduce(p[i], inf, min_normal);
+  acc.combine(lanes);
+}
+
+// The loop over `n` elements `stride` apart, in blocks small enough for 32-bit counters.
+// float32/float64 spans are read in place; fp16/bf16 (and strided rows) are widened into a small
+// buffer on the stack first, so one vector kernel serves every dtype.
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void reduce_span(const T* p, int64_t n, int64_t stride,
-                                                                   TensorStats& out) {
+void reduce_span(const T* p, int64_t n, int64_t stride, TensorStats& out) {
   using acc_t = typename Widen<T>::acc_t;
   const acc_t inf = std::numeric_limits<acc_t>::infinity();
   const acc_t min_normal = static_cast<acc_t>(smallest_normal<T>());
+  constexpr int64_t kChunk = 512;
+  acc_t buffer[kChunk];
   for (int64_t start = 0; start < n; start += kBlock) {
     const int64_t len = std::min(kBlock, n - start);
     AbsStatsAccumulator<acc_t> acc(inf);
     const T* q = p + start * stride;
-    if (stride == 1) {
-      for (int64_t i = 0; i < len; ++i) acc.reduce(Widen<T>::get(q[i]), inf, min_normal);
-    } else {
-      for (int64_t i = 0; i < len; ++i) acc.reduce(Widen<T>::get(q[i * stride]), inf, min_normal);
+    if constexpr (std::is_same_v<T, acc_t>) {
+      if (stride == 1) {
+        reduce_contiguous<acc_t>(q, len, min_normal, acc);
+        acc.project(len, out);
+        continue;
+      }
+    }
+    for (int64_t c = 0; c < len; c += kChunk) {
+      const int64_t m = std::min(kChunk, len - c);
+      for (int64_t i = 0; i < m; ++i) buffer[i] = Widen<T>::get(q[(c + i) * stride]);
+      reduce_contiguous<acc_t>(buffer, m, min_normal, acc);
     }
     acc.project(len, out);
   }
@@ -139,7 +212,8 @@ void reduce_tensor(const at::Tensor& t, TensorStats& out) {
 Readability compute(const at::Tensor& t, TensorStats& out) {
   out = TensorStats{};
   if (!t.defined()) return Readability::Undefined;
-  if (t.is_sparse() || t.layout() != c10::kStrided) return Readability::Sparse;
+  if (t.is_sparse()) return Readability::Sparse;
+  if (t.layout() != c10::kStrided) return Readability::OtherLayout;
   if (t.is_meta()) return Readability::Meta;
   if (t.is_quantized()) return Readability::Quantized;
   if (t.is_complex()) return Readability::Complex;
@@ -167,6 +241,7 @@ const char* describe(Readability r) {
     case Readability::Undefined: return "None";
     case Readability::Empty: return "empty";
     case Readability::Sparse: return "sparse";
+    case Readability::OtherLayout: return "other layout";
     case Readability::Meta: return "meta";
     case Readability::NotOnCpu: return "not on cpu";
     case Readability::Quantized: return "quantized";
@@ -176,9 +251,8 @@ const char* describe(Readability r) {
   return "?";
 }
 
-std::string dtype_name(const at::Tensor& t) {
-  if (!t.defined()) return "";
-  switch (t.scalar_type()) {
+std::string dtype_name(c10::ScalarType t) {
+  switch (t) {
     case c10::kFloat: return "float32";
     case c10::kDouble: return "float64";
     case c10::kHalf: return "float16";
@@ -189,7 +263,7 @@ std::string dtype_name(const at::Tensor& t) {
     case c10::kChar: return "int8";
     case c10::kByte: return "uint8";
     case c10::kBool: return "bool";
-    default: return c10::toString(t.scalar_type());
+    default: return c10::toString(t);
   }
 }
 

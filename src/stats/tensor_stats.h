@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <c10/core/ScalarType.h>
+
 namespace at {
 class Tensor;
 }
@@ -16,6 +18,7 @@ enum class Readability {
   Undefined,   // an undefined tensor (absent optional): shown as None
   Empty,       // no elements
   Sparse,
+  OtherLayout,  // mkldnn and other non-strided layouts
   Meta,
   NotOnCpu,
   Quantized,
@@ -29,7 +32,7 @@ enum class Readability {
 Readability compute(const at::Tensor& t, TensorStats& out);
 
 const char* describe(Readability r);
-std::string dtype_name(const at::Tensor& t);
+std::string dtype_name(c10::ScalarType t);
 
 }  // namespace stats
 }  // namespace sentinel

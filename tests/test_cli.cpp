@@ -1,0 +1,121 @@
+// The sentinel command line, run as a user runs it, on files written by Python.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <sys/wait.h>
+
+#include "support/test_models.h"
+
+namespace {
+
+using sentinel_test::data_path;
+
+struct Run {
+  int code;
+  std::string output;
+};
+
+Run sentinel_cli(const std::string& args) {
+  const std::string cmd = std::string(SENTINEL_CLI_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string run_args(const std::string& model, const std::string& inputs) {
+  return "run --model " + data_path(model) + " --inputs " + data_path(inputs);
+}
+
+TEST(Cli, CleanBatchesExitZero) {
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_clean.pt"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("ran 3 batches; no inf/nan detected"), std::string::npos) << r.output;
+}
+
+TEST(Cli, OverflowExitsThreeWithTheReport) {
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_overflow.pt") + " --max-frames 3");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("Detected inf/nan during batch_number=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Last 3 forward frames:"), std::string::npos);
+  EXPECT_NE(r.output.find("                  fc1 Linear aten::linear"), std::string::npos);
+}
+
+TEST(Cli, TupleBatchesArePositionalArguments) {
+  auto r = sentinel_cli(run_args("two_input_scripted.pt", "two_input_batches.pt"));
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST(Cli, TraceAndAbortAfter) {
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches 0,2 --abort-after 1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("*** Starting batch number=0 ***"), std::string::npos);
+  EXPECT_EQ(r.output.find("*** Starting batch number=2 ***"), std::string::npos);  // stopped before
+  EXPECT_NE(r.output.find("stopped after batch 1"), std::string::npos) << r.output;
+}
+
+TEST(Cli, WarnKeepsRunningAndStillExitsThree) {
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_overflow.pt") + " --warn");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("ran 4 batches; inf/nan detected"), std::string::npos) << r.output;
+  auto stopped = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_overflow.pt") + " --warn --abort-after 2");
+  EXPECT_EQ(stopped.code, 3) << stopped.output;
+}
+
+TEST(Cli, ReportDirGetsBothFiles) {
+  const auto dir = std::filesystem::temp_directory_path() / "sentinel_cli_reports";
+  std::filesystem::remove_all(dir);
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_overflow.pt") + " --report-dir " + dir.string());
+  EXPECT_EQ(r.code, 3);
+  EXPECT_TRUE(std::filesystem::exists(dir / "sentinel_batch2.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "sentinel_batch2.json"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Cli, DemoIsTheDefaultAndFindsItsOverflow) {
+  auto r = sentinel_cli("");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("Detected inf/nan during batch_number=3"), std::string::npos);
+  EXPECT_NE(r.output.find("origin: aten::mul in encoder.block_1.layer_ff.DenseReluDense"), std::string::npos);
+  EXPECT_EQ(sentinel_cli("demo").code, 3);
+}
+
+struct BadCase {
+  std::string args;
+  int code;
+  std::string message;
+};
+
+TEST(Cli, BadInputGetsAClearMessageAndItsOwnExitCode) {
+  const std::string missing = data_path("no_such_model.pt");
+  const std::vector<BadCase> cases = {
+      {"run --model " + missing + " --inputs " + data_path("mlp_inputs_clean.pt"), 4, "cannot open model file '" + missing + "'"},
+      {"run --model " + data_path("mlp_inputs_clean.pt") + " --inputs " + data_path("mlp_inputs_clean.pt"), 4,
+       "is not a TorchScript model"},
+      {run_args("mlp_scripted.pt", "no_such_inputs.pt"), 4, "cannot open inputs file"},
+      {run_args("mlp_scripted.pt", "corrupt.pt"), 4, "could not be read as a torch.save file"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_single.pt"), 4, "exactly one batch"},
+      {run_args("mlp_scripted.pt", "not_a_list_tensor.pt"), 4, "expected a list of batches"},
+      {run_args("mlp_scripted.pt", "empty_list.pt"), 4, "holds no batches"},
+      {run_args("mlp_scripted.pt", "two_input_batches.pt"), 4, "the model failed on batch 0"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --max-frames 0", 2, "--max-frames"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches 1,x", 2, "--trace-batches"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --report-dir /proc/sentinel", 2, "/proc/sentinel"},
+      {"run --inputs " + data_path("mlp_inputs_clean.pt"), 2, "--model is required"},
+      {"frobnicate", 2, "frobnicate"},
+  };
+  for (const auto& c : cases) {
+    auto r = sentinel_cli(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace

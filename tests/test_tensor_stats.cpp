@@ -1,0 +1,171 @@
+// The fused statistics pass against a float64 oracle built from torch's own conversions.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "stats/tensor_stats.h"
+
+namespace {
+
+using sentinel::TensorStats;
+using sentinel::stats::Readability;
+
+// Independent oracle: torch converts to float64, then a plain loop counts. Subnormal thresholds
+// come from std::numeric_limits of the tensor's dtype (c10 provides them for Half and BFloat16).
+TensorStats oracle(const torch::Tensor& t) {
+  double tiny = 0;
+  switch (t.scalar_type()) {
+    case torch::kFloat: tiny = std::numeric_limits<float>::min(); break;
+    case torch::kDouble: tiny = std::numeric_limits<double>::min(); break;
+    case torch::kHalf: tiny = static_cast<double>(static_cast<float>(std::numeric_limits<c10::Half>::min())); break;
+    case torch::kBFloat16:
+      tiny = static_cast<double>(static_cast<float>(std::numeric_limits<c10::BFloat16>::min()));
+      break;
+    default: break;
+  }
+  TensorStats s;
+  auto d = t.to(torch::kDouble).contiguous().reshape({-1});
+  auto a = d.accessor<double, 1>();
+  for (int64_t i = 0; i < d.numel(); ++i) {
+    const double x = a[i];
+    ++s.count;
+    if (std::isnan(x)) { ++s.nan; continue; }
+    if (std::isinf(x)) { x > 0 ? ++s.pos_inf : ++s.neg_inf; }
+    if (x == 0) ++s.zeros;
+    if (x != 0 && std::fabs(x) < tiny) ++s.subnormal;
+    s.abs_min = std::min(s.abs_min, std::fabs(x));
+    s.abs_max = std::max(s.abs_max, std::fabs(x));
+  }
+  return s;
+}
+
+void expect_equal(const TensorStats& got, const TensorStats& want, const std::string& what) {
+  EXPECT_EQ(got.count, want.count) << what;
+  EXPECT_EQ(got.nan, want.nan) << what;
+  EXPECT_EQ(got.pos_inf, want.pos_inf) << what;
+  EXPECT_EQ(got.neg_inf, want.neg_inf) << what;
+  EXPECT_EQ(got.zeros, want.zeros) << what;
+  EXPECT_EQ(got.subnormal, want.subnormal) << what;
+  if (want.count > want.nan) {
+    EXPECT_EQ(got.abs_min, want.abs_min) << what;
+    EXPECT_EQ(got.abs_max, want.abs_max) << what;
+  }
+}
+
+// Values: random normals of several scales, then special values sprinkled in by index.
+torch::Tensor make_values(torch::ScalarType dtype, std::vector<int64_t> shape, int variant) {
+  auto t = torch::randn(shape, torch::kDouble) * std::pow(10.0, (variant % 5) - 2);
+  auto flat = t.view({-1});
+  const int64_t n = flat.numel();
+  if (variant >= 2 && n > 0) {
+    const double inf = std::numeric_limits<double>::infinity();
+    const double specials[] = {0.0, -0.0, inf, -inf, std::nan(""), 1e-40, -3e-42, 5e-8, 1e-310, 3.4e38, 65504.0, 7e4};
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; ++k) {
+      flat[static_cast<int64_t>((k * 7919 + variant) % n)] = specials[k];
+    }
+  }
+  return t.to(dtype);  // torch's own cast decides what each special becomes in this dtype
+}
+
+struct Case {
+  torch::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+class StatsOracle : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StatsOracle, MatchesFloat64ReferenceOnEveryLayout) {
+  const auto& c = GetParam();
+  torch::manual_seed(42);
+  for (int variant = 0; variant < 6; ++variant) {
+    auto base = make_values(c.dtype, c.shape, variant);
+    std::vector<std::pair<std::string, torch::Tensor>> layouts = {{"contiguous", base}};
+    if (base.dim() >= 2) {
+      layouts.push_back({"transposed", base.transpose(0, 1)});
+      layouts.push_back({"column slice", base.slice(1, 0, base.size(1), 2)});
+      layouts.push_back({"expanded", base.select(0, 0).unsqueeze(0).expand({3, base.size(1)})});
+    }
+    if (base.dim() == 1 && base.numel() > 2) layouts.push_back({"strided", base.slice(0, 1, base.numel(), 3)});
+    for (const auto& [name, t] : layouts) {
+      TensorStats got;
+      const auto r = sentinel::stats::compute(t, got);
+      const std::string what = std::string(c10::toString(c.dtype)) + " " + name + " variant " + std::to_string(variant);
+      if (t.numel() == 0) {
+        EXPECT_EQ(r, Readability::Empty) << what;
+        continue;
+      }
+      ASSERT_EQ(r, Readability::Read) << what;
+      expect_equal(got, oracle(t), what);
+    }
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+    for (std::vector<int64_t> shape :
+         {std::vector<int64_t>{0}, {1}, {7}, {1000}, {3, 5}, {33, 17}, {4, 1025}, {2, 0}}) {
+      out.push_back({dtype, shape});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypesAndShapes, StatsOracle, ::testing::ValuesIn(cases()));
+
+TEST(Stats, TensorsLargerThanOneBlockCombineExactly) {
+  torch::manual_seed(7);
+  auto t = torch::randn({3, (1 << 20) + 5});
+  t[2][(1 << 20) + 3] = std::numeric_limits<float>::infinity();
+  t[0][17] = 0.0f;
+  TensorStats got;
+  ASSERT_EQ(sentinel::stats::compute(t, got), Readability::Read);
+  expect_equal(got, oracle(t), "large");
+  ASSERT_EQ(sentinel::stats::compute(t.t(), got), Readability::Read);  // dense but transposed
+  expect_equal(got, oracle(t), "large transposed");
+}
+
+TEST(Stats, NegativeZeroIsPositiveZeroInAbsMin) {
+  TensorStats s;
+  sentinel::stats::compute(torch::tensor({-0.0f, 2.0f}), s);
+  EXPECT_EQ(s.abs_min, 0.0);
+  EXPECT_FALSE(std::signbit(s.abs_min));
+  EXPECT_EQ(s.zeros, 1);
+}
+
+TEST(Stats, HfViewPropagatesNanLikeTorchMinMax) {
+  TensorStats s;
+  sentinel::stats::compute(torch::tensor({1.0f, std::nanf(""), 3.0f}), s);
+  EXPECT_TRUE(std::isnan(s.hf_abs_min()));
+  EXPECT_TRUE(std::isnan(s.hf_abs_max()));
+  EXPECT_EQ(s.abs_max, 3.0);  // the finite range is kept for the JSON report
+}
+
+TEST(Stats, IntegerAndBoolTensorsGiveAbsMinMaxAsHfShowsThem) {
+  TensorStats s;
+  ASSERT_EQ(sentinel::stats::compute(torch::tensor({-5, 0, 3}, torch::kLong), s), Readability::Read);
+  EXPECT_EQ(s.abs_min, 0.0);
+  EXPECT_EQ(s.abs_max, 5.0);
+  EXPECT_EQ(s.zeros, 1);
+  EXPECT_TRUE(s.finite());
+  ASSERT_EQ(sentinel::stats::compute(torch::tensor({true, false}), s), Readability::Read);
+  EXPECT_EQ(s.abs_max, 1.0);
+  ASSERT_EQ(sentinel::stats::compute(torch::tensor({-128, 127}, torch::kChar), s), Readability::Read);
+  EXPECT_EQ(s.abs_max, 128.0);
+}
+
+TEST(Stats, UnreadableTensorsSayWhy) {
+  TensorStats s;
+  EXPECT_EQ(sentinel::stats::compute(torch::Tensor(), s), Readability::Undefined);
+  EXPECT_EQ(sentinel::stats::compute(torch::ones({2, 2}).to_sparse(), s), Readability::Sparse);
+  EXPECT_EQ(sentinel::stats::compute(torch::empty({3}, torch::device(torch::kMeta)), s), Readability::Meta);
+  EXPECT_EQ(sentinel::stats::compute(torch::ones({2}, torch::kComplexFloat), s), Readability::Complex);
+  EXPECT_EQ(sentinel::stats::compute(torch::quantize_per_tensor(torch::ones({2}), 0.1, 0, torch::kQInt8), s),
+            Readability::Quantized);
+  EXPECT_EQ(sentinel::stats::compute(torch::ones({0, 3}), s), Readability::Empty);
+  EXPECT_STREQ(sentinel::stats::describe(Readability::Meta), "meta");
+}
+
+}  // namespace

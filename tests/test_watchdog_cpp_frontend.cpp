@@ -1,0 +1,266 @@
+// Detection, attribution and batches for C++-frontend models.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+
+#include <sstream>
+
+#include "support/test_models.h"
+
+namespace {
+
+using namespace sentinel_test;
+
+const sentinel::Entry* find_entry(const sentinel::Frame& f, const std::string& label) {
+  for (const auto& e : f.entries) if (e.label == label) return &e;
+  return nullptr;
+}
+
+TEST(CppFrontend, CleanBatchesCountFromZeroAndResultsAreUnchanged) {
+  torch::manual_seed(0);
+  Mlp model;
+  auto x = small_input();
+  auto expected = model->forward(x);
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  for (int i = 0; i < 3; ++i) {
+    auto y = debug.forward(x);
+    EXPECT_TRUE(torch::equal(y, expected));  // bit for bit
+  }
+  EXPECT_EQ(debug.batch_number(), 3);
+  EXPECT_FALSE(debug.last_report().has_value());
+  EXPECT_EQ(out.str(), "");
+}
+
+TEST(CppFrontend, OverflowInALinearIsFoundAtThatOpWithParameterNames) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  debug.forward(small_input());
+  {
+    torch::NoGradGuard g;
+    model->fc2->weight.fill_(3e38f);
+  }
+  try {
+    debug.forward(small_input());
+    FAIL() << "expected NonFiniteError";
+  } catch (const sentinel::NonFiniteError& e) {
+    const auto& r = e.report();
+    EXPECT_EQ(r.batch_number, 1);
+    const auto& f = r.trigger();
+    EXPECT_EQ(f.module_path, "fc2");
+    EXPECT_EQ(f.module_class, "Linear");
+    EXPECT_EQ(f.op, "aten::addmm");
+    EXPECT_EQ(f.attribution, sentinel::Attribution::Parameter);
+    EXPECT_TRUE(r.produced_here);
+    ASSERT_NE(find_entry(f, "weight"), nullptr);
+    ASSERT_NE(find_entry(f, "bias"), nullptr);
+    ASSERT_NE(find_entry(f, "output"), nullptr);
+    EXPECT_GT(find_entry(f, "output")->stats.pos_inf + find_entry(f, "output")->stats.neg_inf, 0);
+    EXPECT_NE(std::string(e.what()).find("Detected inf/nan during batch_number=1"), std::string::npos);
+    EXPECT_NE(out.str().find("Detected inf/nan during batch_number=1"), std::string::npos);  // printed at once
+  }
+  // The error was delivered: the watchdog goes on for the next batch.
+  {
+    torch::NoGradGuard g;
+    model->fc2->weight.fill_(0.1f);
+  }
+  EXPECT_NO_THROW(debug.forward(small_input()));
+  EXPECT_EQ(debug.batch_number(), 3);
+}
+
+TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {
+  torch::manual_seed(0);
+  TwoBlocks model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  try {
+    debug.forward(small_input(2, 4, 5000.0));
+    FAIL() << "expected NonFiniteError";
+  } catch (const sentinel::NonFiniteError& e) {
+    const auto& f = e.report().trigger();
+    EXPECT_EQ(f.op, "aten::exp");
+    EXPECT_EQ(f.module_path, "encoder.0");  // named_modules()' name for the first Block
+    EXPECT_EQ(f.module_class, "Block");
+    EXPECT_EQ(f.attribution, sentinel::Attribution::UserScope);
+    EXPECT_TRUE(e.report().produced_here);
+  }
+}
+
+TEST(CppFrontend, BadParameterIsReportedAsPassedThroughFromThatParameter) {
+  torch::manual_seed(0);
+  Mlp model;
+  {
+    torch::NoGradGuard g;
+    model->fc1->weight[0][1] = std::numeric_limits<float>::infinity();
+  }
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  try {
+    debug.forward(small_input());
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    const auto& r = e.report();
+    EXPECT_FALSE(r.produced_here);
+    EXPECT_EQ(r.trigger().module_path, "fc1");
+    EXPECT_EQ(find_entry(r.trigger(), "weight")->stats.pos_inf, 1);
+    EXPECT_NE(r.origin.find("parameter fc1.weight"), std::string::npos) << r.origin;
+  }
+}
+
+TEST(CppFrontend, BadInputBatchIsReportedAsPassedThroughFromTheInput) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto x = small_input();
+  x[1][2] = std::nanf("");
+  try {
+    debug.forward(x);
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    const auto& r = e.report();
+    EXPECT_FALSE(r.produced_here);
+    EXPECT_EQ(r.trigger().op_index, 0);
+    EXPECT_NE(r.origin.find("the batch's input"), std::string::npos) << r.origin;
+    const auto* in = find_entry(r.trigger(), "input[1]");
+    ASSERT_NE(in, nullptr);
+    EXPECT_EQ(in->stats.nan, 1);
+  }
+}
+
+TEST(CppFrontend, BatchGuardThrowsAtFinishAndCoversATrainingStep) {
+  torch::manual_seed(0);
+  Mlp model;
+  torch::optim::SGD opt(model->parameters(), 0.01);
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
+  for (int step = 0; step < 3; ++step) {
+    auto guard = watch.batch();
+    opt.zero_grad();
+    auto loss = model->forward(small_input()).pow(2).sum();
+    loss.backward();
+    opt.step();
+    guard.finish();
+  }
+  EXPECT_EQ(watch.batch_number(), 3);
+  for (const auto& f : watch.saved_frames()) EXPECT_EQ(f.direction, sentinel::Direction::Forward);
+
+  auto guard = watch.batch();
+  auto x = small_input();
+  x[0][0] = std::numeric_limits<float>::infinity();
+  model->forward(x);  // detected here, delivered at the safe point below
+  EXPECT_THROW(guard.finish(), sentinel::NonFiniteError);
+}
+
+TEST(CppFrontend, BatchGuardDestructorDeliversButNeverWhileUnwinding) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
+  auto bad = small_input();
+  bad[0][0] = std::nanf("");
+  EXPECT_THROW(
+      {
+        auto guard = watch.batch();
+        model->forward(bad);
+      },
+      sentinel::NonFiniteError);
+  // Another exception in flight: the guard ends the batch quietly, the error waits for check().
+  EXPECT_THROW(
+      {
+        auto guard = watch.batch();
+        model->forward(bad);
+        throw std::runtime_error("user error");
+      },
+      std::runtime_error);
+  EXPECT_THROW(watch.check(), sentinel::NonFiniteError);
+  EXPECT_NO_THROW(watch.check());
+}
+
+TEST(CppFrontend, SharedPtrModelsWorkToo) {
+  torch::manual_seed(0);
+  auto model = std::make_shared<MlpImpl>();
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  debug.forward(small_input());
+  auto frames = debug.saved_frames();
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.front().module_path, "fc1");
+}
+
+// Overloads differ in arity: aten::sum has one argument and aten::sum.dim_IntList four; a
+// cache keyed by the bare name would cut one's inputs to the other's count.
+struct OverloadsImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor x) {
+    auto total = x.sum();            // aten::sum
+    auto rows = x.sum(1);            // aten::sum.dim_IntList
+    auto best = std::get<0>(x.max(1));  // aten::max.dim: two results
+    return rows + total + best;
+  }
+};
+TORCH_MODULE(Overloads);
+
+TEST(CppFrontend, OverloadsOfOneOpKeepTheirOwnArgumentsAndResults) {
+  Overloads model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto x = small_input();
+  debug.forward(x);
+  debug.forward(x);  // the second batch reuses every cached op description
+  int sums = 0;
+  for (const auto& f : debug.saved_frames()) {
+    if (f.batch_number != 1) continue;
+    if (f.op == "aten::sum") {  // both overloads show the name profilers show
+      ++sums;
+      ASSERT_NE(find_entry(f, "input[0]"), nullptr) << f.op;
+      EXPECT_EQ(find_entry(f, "input[0]")->stats.count, x.numel()) << f.op;
+    }
+    if (f.op == "aten::max") {
+      EXPECT_NE(find_entry(f, "output[0]"), nullptr);
+      EXPECT_NE(find_entry(f, "output[1]"), nullptr);
+    }
+  }
+  EXPECT_EQ(sums, 2);
+}
+
+TEST(CppFrontend, ManyInputsNeverCrowdOutTheOutput) {
+  struct CatImpl : torch::nn::Module {
+    torch::Tensor forward(std::vector<torch::Tensor> parts) { return torch::cat(parts) * 2; }
+  };
+  auto model = std::make_shared<CatImpl>();
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out).max_frames_to_save(3));
+  std::vector<torch::Tensor> parts(20, torch::ones({2}));
+  debug.forward(parts);
+  const auto frames = debug.saved_frames();
+  const auto& cat = frames.front();
+  ASSERT_EQ(cat.op, "aten::cat");
+  EXPECT_NE(find_entry(cat, "output"), nullptr);
+  EXPECT_EQ(find_entry(cat, "output")->stats.count, 40);
+  EXPECT_GT(cat.entries_omitted, 0);
+  parts[17] = torch::full({2}, std::nanf(""));
+  try {
+    debug.forward(parts);
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    EXPECT_EQ(e.report().trigger().op, "aten::cat");  // the nan in input 17 is counted though not shown
+    EXPECT_NE(e.report().origin.find("not shown"), std::string::npos) << e.report().origin;
+  }
+}
+
+TEST(CppFrontend, OpsOutsideABatchAreNotWatched) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto bad = small_input();
+  bad[0][0] = std::nanf("");
+  EXPECT_NO_THROW(model->forward(bad));  // not through the watchdog, no batch open
+  EXPECT_TRUE(debug.saved_frames().empty());
+  EXPECT_NO_THROW(debug.check());
+}
+
+}  // namespace

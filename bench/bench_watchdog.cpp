@@ -70,9 +70,9 @@ void BM_HfStyle(benchmark::State& state) {
 
 // Interleaved registration, repeated: each repetition measures the three back to back, so slow
 // drifts of the machine affect all three alike.
-BENCHMARK(BM_Unwatched)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK(BM_Watched)->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_Unwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Watched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -4,14 +4,20 @@
 set -euo pipefail
 build=${1:-build}
 out=$(mktemp)
-"$build/bench/bench_watchdog" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
-  --benchmark_format=json >"$out"
+# One BLAS thread: ATen runs one intra-op thread here, and OpenBLAS's second thread spin-waits on
+# the only other core, which makes every timing depend on what else the machine runs.
+# Repetitions are interleaved at random so that slow drifts hit all cases alike.
+OPENBLAS_NUM_THREADS=1 "$build/bench/bench_watchdog" --benchmark_repetitions=${REPETITIONS:-12} \
+  --benchmark_enable_random_interleaving=true --benchmark_min_time=${MIN_TIME:-1} \
+  --benchmark_report_aggregates_only=true --benchmark_format=json "${@:2}" >"$out"
 python3 - "$out" <<'PY'
 import json, sys
 runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
 base = runs["BM_Unwatched"]["real_time"]
-print(f"{'case':<14}{'median ms':>12}{'ratio':>9}")
+cv = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "cv"}
+print(f"{'case':<14}{'median ms':>12}{'ratio':>9}{'cv':>8}")
 for name, b in runs.items():
-    print(f"{name[3:]:<14}{b['real_time']:>12.2f}{b['real_time'] / base:>9.3f}")
+    spread = cv.get(name, {}).get("real_time", float("nan"))
+    print(f"{name[3:]:<14}{b['real_time']:>12.2f}{b['real_time'] / base:>9.3f}{spread:>8.1%}")
 PY
 rm -f "$out"

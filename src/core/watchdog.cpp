@@ -42,6 +42,7 @@ Watchdog::Impl::~Impl() {
 
 void Watchdog::Impl::begin_batch_locked() {
   if (index) index->refresh();
+  stats_cache.clear();
   if (batches.begin()) {
     opts.output() << batch_header(batches.current()) << std::flush;
   }
@@ -49,6 +50,7 @@ void Watchdog::Impl::begin_batch_locked() {
 
 void Watchdog::Impl::end_batch_locked() {
   const int64_t finished = batches.current();
+  stats_cache.clear();  // releases the weak references
   if (batches.end() && !pending) {
     pending = std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished)));
     stopped = true;

@@ -24,12 +24,12 @@ using core::Role;
 
 namespace {
 
-EntryRecord tensor_entry(const at::Tensor& t, Role role, int index, int sub) {
+EntryRecord tensor_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index, int sub) {
   EntryRecord e;
   e.role = role;
   e.index = static_cast<int16_t>(index);
   e.sub_index = static_cast<int16_t>(sub);
-  const auto r = stats::compute(t, e.stats);
+  const auto r = cache.compute(t, e.stats);
   e.state = r == stats::Readability::Read ? EntryState::Read
             : r == stats::Readability::Undefined ? EntryState::None
                                                   : EntryState::Skipped;
@@ -86,7 +86,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     const core::ParamRef* param = t.defined() ? index->find_param(t) : nullptr;
-    EntryRecord e = tensor_entry(t, param ? Role::Param : Role::Input, position, -1);
+    EntryRecord e = tensor_entry(stats_cache, t, param ? Role::Param : Role::Input, position, -1);
     if (param) {
       e.param_name = param->name;
       if (!owner) owner = param;
@@ -94,7 +94,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     f.add(e);
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
-    for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(list.get(j), Role::Input, position, static_cast<int>(j)));
+    for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Input, position, static_cast<int>(j)));
   } else if (v.isNone() && tensor_arg) {
     f.add(plain_entry(EntryState::None, Role::Input, position, -1));
   }
@@ -108,11 +108,11 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     const int index = single ? -1 : static_cast<int>(i);
     if (v.isTensor()) {
       any_tensor = true;
-      f.add(tensor_entry(v.toTensor(), Role::Output, index, -1));
+      f.add(tensor_entry(stats_cache, v.toTensor(), Role::Output, index, -1));
     } else if (v.isTensorList()) {
       any_tensor = true;
       auto list = v.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(list.get(j), Role::Output, index, static_cast<int>(j)));
+      for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Output, index, static_cast<int>(j)));
     } else if (v.isNone()) {
       f.add(plain_entry(EntryState::None, Role::Output, index, -1));
     } else {

@@ -16,6 +16,7 @@
 #include "core/batch_state.h"
 #include "core/frame_ring.h"
 #include "core/model_index.h"
+#include "core/stats_cache.h"
 #include "core/string_table.h"
 
 #include <c10/util/ArrayRef.h>
@@ -62,6 +63,7 @@ struct Watchdog::Impl final : capture::Session {
   core::FrameRing ring;
   core::BatchState batches;
   std::vector<OpInfo> op_infos;  // by op-name id
+  core::StatsCache stats_cache;   // tensors already read in this batch
 
   mutable std::mutex mutex;
   std::exception_ptr pending;     // thrown at the next safe point

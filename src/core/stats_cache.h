@@ -1,0 +1,82 @@
+#pragma once
+// Statistics of tensors already read in this batch. An op's output is usually the next op's
+// input, and a weight serves its ops through views such as weight.t(): reading each block of
+// memory once halves the sentinel's memory traffic.
+//
+// The key is the memory a tensor covers: a tensor that is non-overlapping and dense holds
+// exactly the elements of [offset, offset + numel) of its storage, whatever its strides, so a
+// transposed or reshaped view has the same statistics as its base. An entry is reused only while
+// that memory provably holds the same values:
+//  - a weak reference keeps the StorageImpl's memory, so its address cannot be taken by a new
+//    storage while the entry lives (no false hit after a free);
+//  - the version counter (shared by a tensor and its views, bumped by every in-place or out= op)
+//    and the data pointer must be unchanged.
+// Inference tensors (no version counter) and gapped views are read every time. Cleared at each
+// batch start and end.
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <unordered_map>
+
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+namespace core {
+
+class StatsCache {
+ public:
+  // Returns the readability and fills `out`, reading the tensor only on a miss.
+  stats::Readability compute(const at::Tensor& t, TensorStats& out) {
+    if (!t.defined() || t.is_inference() || !t.has_storage() || !t.device().is_cpu() || t.is_sparse() ||
+        t.numel() == 0 || !t.is_non_overlapping_and_dense()) {
+      return stats::compute(t, out);
+    }
+    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    const Key key{storage, t.storage_offset(), t.numel(), t.scalar_type()};
+    const uint32_t version = t.unsafeGetTensorImpl()->version_counter().current_version();
+    const void* data = storage->data();
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.version == version && it->second.data == data) {
+      out = it->second.stats;
+      ++hits_;
+      return it->second.readability;
+    }
+    const auto r = stats::compute(t, out);
+    Entry e{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()), version, data, out, r};
+    entries_.insert_or_assign(key, std::move(e));
+    return r;
+  }
+  void clear() { entries_.clear(); }
+  size_t hits() const { return hits_; }
+
+ private:
+  struct Key {
+    const c10::StorageImpl* storage;
+    int64_t offset;
+    int64_t numel;
+    c10::ScalarType dtype;
+    bool operator==(const Key& o) const {
+      return storage == o.storage && offset == o.offset && numel == o.numel && dtype == o.dtype;
+    }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      size_t h = std::hash<const void*>()(k.storage);
+      h ^= std::hash<int64_t>()(k.offset) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h ^= std::hash<int64_t>()(k.numel) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      return h ^ static_cast<size_t>(k.dtype);
+    }
+  };
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> keep_address;
+    uint32_t version;
+    const void* data;
+    TensorStats stats;
+    stats::Readability readability;
+  };
+  std::unordered_map<Key, Entry, KeyHash> entries_;
+  size_t hits_ = 0;
+};
+
+}  // namespace core
+}  // namespace sentinel

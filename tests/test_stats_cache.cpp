@@ -1,0 +1,106 @@
+// The per-batch statistics cache must never return stale numbers.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+
+#include <sstream>
+
+#include "core/stats_cache.h"
+#include "support/test_models.h"
+
+namespace {
+
+using sentinel::TensorStats;
+using sentinel::core::StatsCache;
+
+TEST(StatsCache, ViewsCoveringTheSameMemoryShareOneRead) {
+  StatsCache cache;
+  auto w = torch::randn({64, 32});
+  TensorStats a, b, c;
+  cache.compute(w, a);
+  cache.compute(w.t(), b);             // same block of memory, other strides
+  cache.compute(w.view({32, 64}), c);  // same block, other shape
+  EXPECT_EQ(cache.hits(), 2u);
+  EXPECT_EQ(a.abs_max, b.abs_max);
+  EXPECT_EQ(a.abs_min, c.abs_min);
+  TensorStats row;
+  cache.compute(w[3], row);  // a part of it: a different block, read
+  EXPECT_EQ(cache.hits(), 2u);
+  EXPECT_EQ(row.count, 32);
+}
+
+TEST(StatsCache, InPlaceChangesAreSeen) {
+  StatsCache cache;
+  auto x = torch::ones({8});
+  TensorStats s;
+  cache.compute(x, s);
+  EXPECT_TRUE(s.finite());
+  x[3] = std::numeric_limits<float>::infinity();  // an in-place op: bumps the version counter
+  cache.compute(x, s);
+  EXPECT_EQ(s.pos_inf, 1);
+  auto view = x.view({2, 4});
+  view.mul_(0);  // through a view: views share the version counter
+  cache.compute(x, s);
+  EXPECT_EQ(s.zeros, 7);
+  EXPECT_EQ(s.nan, 1);  // inf * 0
+}
+
+TEST(StatsCache, FreedMemoryReusedByANewTensorIsNeverAHit) {
+  StatsCache cache;
+  for (int i = 0; i < 50; ++i) {
+    // Same size each time: the allocator would hand back the same address if it could.
+    auto t = torch::full({1024}, static_cast<float>(i));
+    TensorStats s;
+    cache.compute(t, s);
+    EXPECT_EQ(s.abs_max, i) << "iteration " << i;
+  }
+  EXPECT_EQ(cache.hits(), 0u);
+}
+
+TEST(StatsCache, GappedViewsAndInferenceTensorsAreReadEveryTime) {
+  StatsCache cache;
+  auto x = torch::randn({16, 16});
+  TensorStats s;
+  cache.compute(x.slice(1, 0, 16, 2), s);
+  cache.compute(x.slice(1, 0, 16, 2), s);
+  torch::Tensor inf_t;
+  {
+    c10::InferenceMode guard;
+    inf_t = torch::ones({4});
+  }
+  cache.compute(inf_t, s);
+  cache.compute(inf_t, s);
+  EXPECT_EQ(cache.hits(), 0u);
+  EXPECT_EQ(s.count, 4);
+}
+
+// In a watched model: a value made non-finite in place between two ops is caught at the op
+// that reads it, even though the tensor was read (finite) earlier in the batch.
+struct InPlaceImpl : torch::nn::Module {
+  InPlaceImpl() { fc = register_module("fc", torch::nn::Linear(4, 4)); }
+  torch::Tensor forward(torch::Tensor x) {
+    auto h = fc(x);
+    auto g = torch::relu(h);
+    h.select(1, 2).fill_(std::numeric_limits<float>::infinity());
+    return h + g;
+  }
+  torch::nn::Linear fc{nullptr};
+};
+TORCH_MODULE(InPlace);
+
+TEST(StatsCache, WatchdogSeesInPlaceDamageBetweenOps) {
+  InPlace model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  torch::NoGradGuard no_grad;
+  try {
+    debug.forward(sentinel_test::small_input());
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    EXPECT_EQ(e.report().trigger().op, "aten::fill_");
+    EXPECT_TRUE(e.report().produced_here);
+  }
+}
+
+}  // namespace

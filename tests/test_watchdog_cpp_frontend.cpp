@@ -146,7 +146,14 @@ TEST(CppFrontend, BatchGuardThrowsAtFinishAndCoversATrainingStep) {
     guard.finish();
   }
   EXPECT_EQ(watch.batch_number(), 3);
-  for (const auto& f : watch.saved_frames()) EXPECT_EQ(f.direction, sentinel::Direction::Forward);
+  // The last step's frames: its forward, its backward nodes and its parameters' gradients, all
+  // numbered as the step's batch.
+  std::set<sentinel::Direction> directions;
+  for (const auto& f : watch.saved_frames()) {
+    EXPECT_EQ(f.batch_number, 2);
+    directions.insert(f.direction);
+  }
+  EXPECT_EQ(directions.size(), 2u);
 
   auto guard = watch.batch();
   auto x = small_input();

@@ -39,7 +39,8 @@ struct Frame {
   Direction direction = Direction::Forward;
   std::string module_path;   // as named_modules() names it; "" for the root
   std::string module_class;  // "Linear", "T5LayerFF", ...
-  std::string op;            // "aten::addmm", ...
+  std::string op;            // "aten::addmm", ...; backward frames: the autograd node, "AddmmBackward0"
+  std::string forward_op;    // backward frames: the forward op the node differentiates, "aten::addmm"
   Attribution attribution = Attribution::ModelRoot;
   std::vector<Entry> entries;  // parameters, then inputs, then outputs (HF's order)
   int64_t entries_omitted = 0; // entries beyond the per-frame limit (counted, checked, not kept)
@@ -55,6 +56,11 @@ struct Report {
   std::string origin;          // one line: where the first non-finite value appeared and why
   int64_t rank = 0;
   int64_t world_size = 1;
+  // The C++ call stack of the thread that ran the op, innermost first, with the sentinel's and
+  // LibTorch's own frames collapsed into "[... N library frames]" lines. Empty when unavailable.
+  std::vector<std::string> stack;
+  // TorchScript models: the TorchScript call stack at the op, innermost first ("file:line: code").
+  std::vector<std::string> torchscript_stack;
 
   const Frame& trigger() const { return frames.back(); }
 };

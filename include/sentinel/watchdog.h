@@ -32,6 +32,9 @@ struct Module;
 namespace c10 {
 struct IValue;
 }
+namespace at {
+class Tensor;
+}
 
 namespace sentinel {
 
@@ -68,6 +71,9 @@ class Watchdog {
   BatchGuard batch();
   // Throws what was detected since the last safe point, if anything.
   void check();
+  // loss.backward(), then every parameter's .grad is checked, and what was detected in the
+  // backward pass is thrown here - before the optimizer step can spread it into the weights.
+  void backward(const at::Tensor& loss);
   // The number the next batch will get (= batches finished so far).
   int64_t batch_number() const;
   // The most recent report, if any inf/nan was detected.

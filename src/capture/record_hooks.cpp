@@ -40,7 +40,15 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       }
       break;
     case at::RecordScope::BACKWARD_FUNCTION:
-      ++ts.backward_depth;
+      if (ts.backward_depth++ == 0) {
+        Session* s = ts.active();
+        std::shared_ptr<Session> last;
+        if (!s && (last = ts.last_batch_session.lock())) s = last.get();
+        if (s) {
+          ts.backward_node_op_depth = ts.op_depth;
+          s->backward_node_start(fn, ts);
+        }
+      }
       break;
     case at::RecordScope::TORCHSCRIPT_FUNCTION:
       // Only a top-level `forward` is a batch (TorchScript also runs helpers such as `defaults`).
@@ -65,14 +73,21 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
     case at::RecordScope::FUNCTION:
-      if (--ts.op_depth == 0 && ts.open_frame_owner != nullptr) {
+      --ts.op_depth;
+      if (ts.op_depth == 0 && ts.open_frame_owner != nullptr) {
         Session* owner = ts.open_frame_owner;
         owner->op_end(fn, ts);
         ts.open_frame_owner = nullptr;
+      } else if (ts.open_backward_owner != nullptr && ts.op_depth == ts.backward_node_op_depth) {
+        ts.open_backward_owner->backward_op_end(fn, ts);
       }
       break;
     case at::RecordScope::BACKWARD_FUNCTION:
-      --ts.backward_depth;
+      if (--ts.backward_depth == 0 && ts.open_backward_owner != nullptr) {
+        Session* owner = ts.open_backward_owner;
+        owner->backward_node_end(ts);
+        ts.open_backward_owner = nullptr;
+      }
       break;
     case at::RecordScope::TORCHSCRIPT_FUNCTION:
       if (--ts.torchscript_depth == 0 && ts.auto_batch != nullptr) {

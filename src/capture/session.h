@@ -22,6 +22,11 @@ class Session {
   // Outermost FUNCTION-scope op: inputs are only readable in the start callback.
   virtual void op_start(const at::RecordFunction& fn, ThreadState& thread) = 0;
   virtual void op_end(const at::RecordFunction& fn, ThreadState& thread) = 0;
+  // An autograd node (BACKWARD_FUNCTION): its incoming gradients are its inputs; the gradients it
+  // produces are the outputs of the ops it runs (autograd gives the node's own outputs to no one).
+  virtual void backward_node_start(const at::RecordFunction& fn, ThreadState& thread) = 0;
+  virtual void backward_op_end(const at::RecordFunction& fn, ThreadState& thread) = 0;
+  virtual void backward_node_end(ThreadState& thread) = 0;
 };
 
 }  // namespace capture

@@ -40,6 +40,14 @@ struct ThreadState {
   Session* open_frame_owner = nullptr;
   core::FrameRecord open_frame;
 
+  // Backward: a training step's backward usually runs after its forward's batch has ended
+  // (debug.forward(x), then loss.backward()); it belongs to the session that ran the last batch
+  // on this thread.
+  std::weak_ptr<Session> last_batch_session;
+  Session* open_backward_owner = nullptr;
+  int backward_node_op_depth = 0;  // op depth when the node started: its own ops are at this depth
+  core::FrameRecord open_backward_frame;
+
   Session* active() const { return explicit_batch ? explicit_batch : auto_batch; }
 };
 

@@ -31,6 +31,7 @@ class BatchState {
   }
   bool open() const { return open_; }
   bool tracing() const { return tracing_; }
+  bool is_traced(int64_t batch) const { return std::find(trace_.begin(), trace_.end(), batch) != trace_.end(); }
   int64_t current() const { return open_ ? current_ : next_ - 1; }
   int64_t next() const { return next_; }
   int64_t take_op_index() { return op_index_++; }

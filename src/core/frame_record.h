@@ -32,6 +32,7 @@ struct FrameRecord {
   int64_t op_index = 0;
   uint32_t op = 0;      // string table id of the op name as shown
   uint32_t op_key = 0;  // name.overload: the op-info cache key
+  uint32_t forward_op = 0;  // backward frames: the forward op this autograd node differentiates
   uint32_t place = 0;  // PlaceTable id: module path + class
   uint8_t attribution = 0;
   uint8_t direction = 0;
@@ -42,6 +43,7 @@ struct FrameRecord {
   std::array<EntryRecord, kMaxEntries> entries;
 
   void reset() {
+    forward_op = 0;
     entry_count = 0;
     entries_omitted = 0;
     inputs_finite = outputs_finite = true;
@@ -60,6 +62,7 @@ struct FrameRecord {
     op_index = o.op_index;
     op = o.op;
     op_key = o.op_key;
+    forward_op = o.forward_op;
     place = o.place;
     attribution = o.attribution;
     direction = o.direction;

@@ -47,6 +47,7 @@ void ModelIndex::refresh() {
 void ModelIndex::add_param(const at::Tensor& p, uint32_t place, const std::string& name) {
   if (!p.defined()) return;
   ParamRef ref{place, strings_.intern(name)};
+  params_.emplace_back(p, ref);
   by_impl_[p.unsafeGetTensorImpl()] = ref;
   if (p.has_storage()) {
     const void* storage = p.storage().unsafeGetStorageImpl();
@@ -57,6 +58,7 @@ void ModelIndex::add_param(const at::Tensor& p, uint32_t place, const std::strin
 }
 
 void ModelIndex::index_cpp() {
+  params_.clear();
   by_impl_.clear();
   by_storage_.clear();
   storage_users_.clear();

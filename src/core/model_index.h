@@ -44,6 +44,8 @@ class ModelIndex {
   // C++-frontend models may gain or swap parameters between batches: re-read them.
   void refresh();
   const ParamRef* find_param(const at::Tensor& t) const;
+  // Every parameter with its owner and name, in named_modules() order.
+  const std::vector<std::pair<at::Tensor, ParamRef>>& params() const { return params_; }
   uint32_t root_place() const { return root_place_; }
   std::optional<uint32_t> module_place(const torch::nn::Module* m) const;
   // Raw TorchScript hierarchy (entries "name(Class)::method", root first) -> place.
@@ -59,6 +61,7 @@ class ModelIndex {
   StringTable& strings_;
   PlaceTable& places_;
   uint32_t root_place_ = 0;
+  std::vector<std::pair<at::Tensor, ParamRef>> params_;
   std::unordered_map<const void*, ParamRef> by_impl_;
   std::unordered_map<const void*, ParamRef> by_storage_;
   std::unordered_map<const void*, int> storage_users_;

@@ -11,7 +11,9 @@ namespace sentinel {
 namespace {
 
 std::string entry_label(const core::EntryRecord& e, const core::StringTable& strings) {
-  if (e.role == core::Role::Param) return strings.at(e.param_name);
+  if (e.param_name != 0) {  // a parameter, or (an output of AccumulateGrad) its gradient
+    return e.role == core::Role::Param ? strings.at(e.param_name) : strings.at(e.param_name) + ".grad";
+  }
   std::string label = e.role == core::Role::Input ? "input" : "output";
   if (e.index >= 0) label += "[" + std::to_string(e.index) + "]";
   if (e.sub_index >= 0) label += "[" + std::to_string(e.sub_index) + "]";
@@ -34,9 +36,13 @@ std::string join_labels(const Frame& f, bool inputs) {
 }
 
 std::string where(const Frame& f) {
-  std::string s = f.op + " in " + (f.module_path.empty() ? "the model's root" : f.module_path);
-  if (!f.module_class.empty()) s += " (" + f.module_class + ")";
-  return s;
+  std::string place = f.module_path.empty() ? "the model's root" : f.module_path;
+  if (!f.module_class.empty()) place += " (" + f.module_class + ")";
+  if (f.direction == Direction::Backward) {
+    return "backward node " + f.op + " (the gradient of " + (f.forward_op.empty() ? "an op" : f.forward_op) +
+           " in " + place + ")";
+  }
+  return f.op + " in " + place;
 }
 
 }  // namespace
@@ -49,6 +55,7 @@ Frame Watchdog::Impl::to_frame(const core::FrameRecord& r) const {
   f.module_path = places.path(r.place);
   f.module_class = places.cls(r.place);
   f.op = strings.at(r.op);
+  if (r.forward_op != 0) f.forward_op = strings.at(r.forward_op);
   f.attribution = static_cast<Attribution>(r.attribution);
   f.entries_omitted = r.entries_omitted;
   f.inputs_finite = r.inputs_finite;

@@ -11,6 +11,7 @@
 
 #include "core/watchdog_impl.h"
 #include "report/report_files.h"
+#include "report/stack_trace.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {
@@ -43,6 +44,9 @@ Watchdog::Impl::~Impl() {
 void Watchdog::Impl::begin_batch_locked() {
   if (index) index->refresh();
   stats_cache.clear();
+  forward_ops.clear();
+  backward_in_batch = false;
+  capture::thread_state().last_batch_session = alive;
   if (batches.begin()) {
     opts.output() << batch_header(batches.current()) << std::flush;
   }
@@ -77,6 +81,8 @@ bool Watchdog::Impl::begin_explicit_batch() {
 }
 
 void Watchdog::Impl::end_explicit_batch() {
+  // A training step inside the batch: its parameters' gradients are checked once, here.
+  if (backward_in_batch) check_parameter_gradients();
   auto& ts = capture::thread_state();
   if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
   std::lock_guard<std::mutex> lock(mutex);
@@ -96,6 +102,9 @@ void Watchdog::Impl::throw_pending() {
 // Called with the lock held and the detecting frame just pushed.
 void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
   Report report = build_report();
+  // Only now, at detection, is the cost of walking the stacks paid.
+  report.stack = report::user_call_stack();
+  if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
   reported_batch = report.batch_number;
   last_report = report;
   const std::string text = render_text(report);
@@ -157,6 +166,13 @@ BatchGuard Watchdog::batch() {
 void Watchdog::end_batch() { impl_->end_explicit_batch(); }
 
 void Watchdog::check() { impl_->throw_pending(); }
+
+void Watchdog::backward(const at::Tensor& loss) {
+  impl_->throw_pending();
+  loss.backward();
+  impl_->check_parameter_gradients();
+  impl_->throw_pending();
+}
 
 int64_t Watchdog::batch_number() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);

@@ -187,6 +187,8 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     f.place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
+  // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
+  if (fn.seqNr() >= 0) forward_ops[fn.seqNr()] = ForwardOp{f.place, f.op, f.attribution};
   ts.open_frame_owner = this;
 }
 
@@ -207,9 +209,13 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
   // Ops that return no tensor (size queries and the like) compute nothing to watch; an op that
   // threw has no outputs either.
   if (!any_tensor) return;
+  finish_frame(f, lock);
+}
+
+void Watchdog::Impl::finish_frame(FrameRecord& f, std::unique_lock<std::mutex>& lock) {
   f.op_index = batches.take_op_index();
   ring.push(f);
-  if (batches.tracing()) {
+  if (batches.is_traced(f.batch_number)) {
     opts.output() << render_frame_text(to_frame(f)) << std::flush;
     return;
   }

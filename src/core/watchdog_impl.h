@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "capture/session.h"
@@ -47,6 +48,11 @@ struct Watchdog::Impl final : capture::Session {
   void end_auto_batch() override;
   void op_start(const at::RecordFunction& fn, capture::ThreadState& thread) override;
   void op_end(const at::RecordFunction& fn, capture::ThreadState& thread) override;
+  void backward_node_start(const at::RecordFunction& fn, capture::ThreadState& thread) override;
+  void backward_op_end(const at::RecordFunction& fn, capture::ThreadState& thread) override;
+  void backward_node_end(capture::ThreadState& thread) override;
+  // Checks every parameter's .grad: one backward frame per module, entries named by parameter.
+  void check_parameter_gradients();
 
   // Explicit batches (batch(), forward()): false when one is already open on this thread.
   bool begin_explicit_batch();
@@ -63,6 +69,15 @@ struct Watchdog::Impl final : capture::Session {
   core::FrameRing ring;
   core::BatchState batches;
   std::vector<OpInfo> op_infos;  // by op-name id
+  // Forward ops of the current (or last) batch by autograd sequence number, so that a backward
+  // node can name the op and module it differentiates.
+  struct ForwardOp {
+    uint32_t place;
+    uint32_t op;
+    uint8_t attribution;
+  };
+  std::unordered_map<int64_t, ForwardOp> forward_ops;
+  bool backward_in_batch = false;  // the parameter gradients are worth a look at batch end
   core::StatsCache stats_cache;   // tensors already read in this batch
 
   mutable std::mutex mutex;
@@ -81,6 +96,8 @@ struct Watchdog::Impl final : capture::Session {
   void begin_batch_locked();
   void end_batch_locked();
   void trip(std::unique_lock<std::mutex>& lock);
+  // After a frame is complete: keep it, trace it or detect on it. Called with the lock held.
+  void finish_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
 };
 
 }  // namespace sentinel

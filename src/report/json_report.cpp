@@ -44,6 +44,7 @@ std::string render_json(const Report& report) {
                       {"module_path", f.module_path},
                       {"module_class", f.module_class},
                       {"op", f.op},
+                      {"forward_op", f.forward_op},
                       {"attribution", to_string(f.attribution)},
                       {"inputs_finite", f.inputs_finite},
                       {"outputs_finite", f.outputs_finite},
@@ -59,6 +60,8 @@ std::string render_json(const Report& report) {
                    {"produced_here", report.produced_here},
                    {"origin", report.origin},
                    {"trigger_frame", report.frames.empty() ? 0 : report.frames.size() - 1},
+                   {"stack", report.stack},
+                   {"torchscript_stack", report.torchscript_stack},
                    {"frames", frames}};
   return j.dump(2) + "\n";
 }

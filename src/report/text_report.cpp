@@ -18,6 +18,8 @@ std::string entry_line(const Entry& e) {
     case EntryKind::Tensor: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%8.2e %8.2e ", e.stats.hf_abs_min(), e.stats.hf_abs_max());
+      // Underflow as an extra last column, only where there is any: HF's three come first.
+      if (e.stats.subnormal > 0) return buf + e.label + " subnormal=" + std::to_string(e.stats.subnormal);
       return buf + e.label;
     }
     case EntryKind::None: return right17("None") + " " + e.label;
@@ -36,8 +38,13 @@ std::string batch_header(int64_t batch_number) {
 
 std::string render_frame_text(const Frame& frame) {
   std::string out = kPrefix + " ";
-  if (frame.direction == Direction::Backward) out += "grad of ";
-  out += frame.module_path + " " + frame.module_class + " " + frame.op + "\n";
+  if (frame.direction == Direction::Backward) {
+    // "grad of <path> <Class> <forward op> <autograd node>"
+    out += "grad of " + frame.module_path + " " + frame.module_class + " " +
+           (frame.forward_op.empty() ? std::string() : frame.forward_op + " ") + frame.op + "\n";
+  } else {
+    out += frame.module_path + " " + frame.module_class + " " + frame.op + "\n";
+  }
   for (const auto& e : frame.entries) out += entry_line(e) + "\n";
   if (frame.entries_omitted > 0) {
     out += right17("...") + " " + std::to_string(frame.entries_omitted) + " more entries, checked, not shown\n";
@@ -47,7 +54,10 @@ std::string render_frame_text(const Frame& frame) {
 
 std::string render_text(const Report& report) {
   std::string out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + "\n";
-  out += "Last " + std::to_string(report.frames.size()) + " forward frames:\n";
+  bool any_backward = false;
+  for (const auto& f : report.frames) any_backward = any_backward || f.direction == Direction::Backward;
+  out += "Last " + std::to_string(report.frames.size()) +
+         (any_backward ? " frames (forward and backward):\n" : " forward frames:\n");
   out += "abs min  abs max  metadata\n";
   // The buffer spans batches, as HF's does: mark where each batch starts, in HF's words.
   for (size_t i = 0; i < report.frames.size(); ++i) {
@@ -56,6 +66,14 @@ std::string render_text(const Report& report) {
     out += render_frame_text(f);
   }
   out += "\n" + report.origin + "\n";
+  if (!report.torchscript_stack.empty()) {
+    out += "TorchScript call stack at detection (innermost first):\n";
+    for (const auto& line : report.torchscript_stack) out += "  " + line + "\n";
+  }
+  if (!report.stack.empty()) {
+    out += "C++ call stack at detection (innermost first):\n";
+    for (const auto& line : report.stack) out += "  " + line + "\n";
+  }
   return out;
 }
 

@@ -17,6 +17,16 @@ inline std::string mask_numbers(const std::string& text) {
   return std::regex_replace(text, number, "D.DDe+DD");
 }
 
+// The C++ call stack names this machine's build paths and inlining decisions: drop its lines.
+inline std::string mask_cpp_stack(const std::string& text) {
+  const std::string header = "C++ call stack at detection (innermost first):\n";
+  auto start = text.find(header);
+  if (start == std::string::npos) return text;
+  auto end = start + header.size();
+  while (end < text.size() && text.compare(end, 2, "  ") == 0) end = text.find('\n', end) + 1;
+  return text.substr(0, start) + header + "  <masked>\n" + text.substr(end);
+}
+
 inline void expect_matches_golden(const std::string& actual, const std::string& name) {
   const std::string path = std::string(SENTINEL_GOLDEN_DIR) + "/" + name;
   if (const char* update = std::getenv("SENTINEL_UPDATE_GOLDEN"); update && std::string(update) == "1") {

@@ -1,0 +1,129 @@
+// Gradient frames: one per autograd node run by backward(), linked to the forward op (and so the
+// module) it differentiates through the autograd sequence number.
+//
+// RecordFunction::inputs() carries a debug-only assertion on a flag that LibTorch's release build
+// never sets, so it must be compiled as in release here.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+#include <ATen/record_function.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cstring>
+
+#include "core/watchdog_impl.h"
+
+namespace sentinel {
+
+using core::EntryRecord;
+using core::EntryState;
+using core::FrameRecord;
+using core::Role;
+
+namespace {
+
+EntryRecord grad_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index) {
+  EntryRecord e;
+  e.role = role;
+  e.index = static_cast<int16_t>(index);
+  const auto r = cache.compute(t, e.stats);
+  e.state = r == stats::Readability::Read ? EntryState::Read
+            : r == stats::Readability::Undefined ? EntryState::None
+                                                  : EntryState::Skipped;
+  e.skip_reason = static_cast<uint8_t>(r);
+  e.dtype = t.defined() ? static_cast<int8_t>(t.scalar_type()) : -1;
+  return e;
+}
+
+}  // namespace
+
+void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stopped) return;
+  // AccumulateGrad only adds a finished gradient into a parameter's .grad: that gradient was an
+  // output of the node before it, and check_parameter_gradients() names it by parameter.
+  if (std::strstr(fn.name(), "AccumulateGrad") != nullptr) return;
+  at::DisableRecordFunctionGuard no_recursion;
+  c10::InferenceMode no_autograd;
+
+  FrameRecord& f = ts.open_backward_frame;
+  f.reset();
+  f.batch_number = batches.current();
+  f.direction = static_cast<uint8_t>(Direction::Backward);
+  f.op = strings.intern(fn.name());
+  auto link = forward_ops.find(fn.seqNr());
+  if (link != forward_ops.end()) {
+    f.place = link->second.place;
+    f.forward_op = link->second.op;
+    f.attribution = link->second.attribution;
+  } else {
+    f.place = index->root_place();
+    f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
+  }
+  const auto inputs = fn.inputs();  // the incoming gradients
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].isTensor()) f.add(grad_entry(stats_cache, inputs[i].toTensor(), Role::Input, static_cast<int>(i)));
+  }
+  backward_in_batch = true;
+  ts.open_backward_owner = this;
+}
+
+void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (stopped) return;
+  at::DisableRecordFunctionGuard no_recursion;
+  c10::InferenceMode no_autograd;
+  FrameRecord& f = ts.open_backward_frame;
+  // What the node's own ops return is what it produces: the gradients it passes on.
+  int next = 0;
+  for (int i = 0; i < f.entry_count; ++i) next += f.entries[i].role == Role::Output;
+  next += static_cast<int>(f.entries_omitted);
+  for (const auto& v : fn.outputs()) {
+    if (v.isTensor()) f.add(grad_entry(stats_cache, v.toTensor(), Role::Output, next++));
+  }
+}
+
+void Watchdog::Impl::backward_node_end(capture::ThreadState& ts) {
+  std::unique_lock<std::mutex> lock(mutex);
+  if (stopped) return;
+  finish_frame(ts.open_backward_frame, lock);
+}
+
+void Watchdog::Impl::check_parameter_gradients() {
+  std::unique_lock<std::mutex> lock(mutex);
+  if (stopped || !index) return;
+  backward_in_batch = false;
+  at::DisableRecordFunctionGuard no_recursion;
+  c10::InferenceMode no_autograd;
+  const uint32_t op = strings.intern("AccumulateGrad");
+  FrameRecord f;
+  auto flush = [&] {
+    if (f.entry_count + f.entries_omitted > 0 && !stopped) finish_frame(f, lock);
+    if (!lock.owns_lock()) lock.lock();  // a trip unlocks to report
+  };
+  uint32_t place = UINT32_MAX;
+  for (const auto& [param, ref] : index->params()) {
+    const at::Tensor& grad = param.grad();
+    if (!grad.defined()) continue;
+    if (ref.place != place) {  // one frame per module, as HF lists a module's parameters together
+      if (place != UINT32_MAX) flush();
+      f.reset();
+      f.batch_number = batches.current();
+      f.direction = static_cast<uint8_t>(Direction::Backward);
+      f.op = op;
+      f.place = ref.place;
+      f.attribution = static_cast<uint8_t>(Attribution::Parameter);
+      place = ref.place;
+    }
+    EntryRecord e = grad_entry(stats_cache, grad, Role::Param, -1);
+    e.param_name = ref.name;
+    // A parameter's gradient is what AccumulateGrad produced: an output of this frame.
+    e.role = Role::Output;
+    f.add(e);
+  }
+  if (place != UINT32_MAX) flush();
+}
+
+}  // namespace sentinel

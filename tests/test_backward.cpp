@@ -1,0 +1,183 @@
+// Gradient frames, origin in backward, parameter gradients by name, and where in the code.
+#include <gtest/gtest.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+
+#include <sstream>
+
+#include "cli/demo_model.h"
+#include "support/test_models.h"
+
+namespace {
+
+using namespace sentinel_test;
+
+// sqrt(relu(h)): finite forward (sqrt(0) = 0), but d/dh sqrt at 0 is 1/(2*0) = inf - the
+// non-finite value exists only in the gradient.
+struct SqrtHeadImpl : torch::nn::Module {
+  torch::Tensor forward(torch::Tensor h) {
+    auto s = sentinel::scope(*this);
+    return torch::sqrt(torch::relu(h));
+  }
+};
+TORCH_MODULE(SqrtHead);
+
+struct SqrtNetImpl : torch::nn::Module {
+  SqrtNetImpl() {
+    fc = register_module("fc", torch::nn::Linear(4, 4));
+    head = register_module("head", SqrtHead());
+  }
+  torch::Tensor forward(torch::Tensor x) { return head(fc(x)).sum(); }
+  torch::nn::Linear fc{nullptr};
+  SqrtHead head{nullptr};
+};
+TORCH_MODULE(SqrtNet);
+
+TEST(Backward, InfMadeOnlyInTheGradientIsFoundAtTheNodeWithItsForwardModule) {
+  torch::manual_seed(0);
+  SqrtNet model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out).max_frames_to_save(50));
+  auto loss = debug.forward(small_input());  // relu clamps some h to exactly 0
+  ASSERT_TRUE(std::isfinite(loss.item<float>()));
+  try {
+    debug.backward(loss);
+    FAIL() << "expected NonFiniteError from the backward pass";
+  } catch (const sentinel::NonFiniteError& e) {
+    const auto& r = e.report();
+    const auto& f = r.trigger();
+    EXPECT_EQ(f.direction, sentinel::Direction::Backward);
+    EXPECT_EQ(f.op, "SqrtBackward0");
+    EXPECT_EQ(f.forward_op, "aten::sqrt");
+    EXPECT_EQ(f.module_path, "head");
+    EXPECT_EQ(f.module_class, "SqrtHead");
+    EXPECT_EQ(r.batch_number, 0);  // the batch of its forward, though the batch had ended
+    EXPECT_TRUE(r.produced_here) << r.origin;
+    EXPECT_NE(r.origin.find("backward node SqrtBackward0 (the gradient of aten::sqrt in head"), std::string::npos)
+        << r.origin;
+    int64_t produced_inf = 0;
+    for (const auto& en : f.entries) {
+      if (en.label.rfind("output", 0) == 0) produced_inf += en.stats.pos_inf + en.stats.neg_inf;
+    }
+    EXPECT_GT(produced_inf, 0);
+    const std::string text = e.what();
+    EXPECT_NE(text.find("frames (forward and backward):"), std::string::npos);
+    EXPECT_NE(text.find("                  grad of head SqrtHead aten::sqrt SqrtBackward0\n"), std::string::npos);
+  }
+}
+
+TEST(Backward, ACleanStepRecordsGradientFramesAndParameterGradientsByName) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out).max_frames_to_save(100));
+  auto loss = debug.forward(small_input()).pow(2).sum();
+  debug.backward(loss);
+  bool saw_addmm_backward = false, saw_fc1_grads = false;
+  for (const auto& f : debug.saved_frames()) {
+    if (f.direction != sentinel::Direction::Backward) continue;
+    EXPECT_EQ(f.batch_number, 0);
+    if (f.op == "AddmmBackward0" && f.module_path == "fc2") {
+      saw_addmm_backward = true;
+      EXPECT_EQ(f.forward_op, "aten::addmm");
+    }
+    if (f.op == "AccumulateGrad" && f.module_path == "fc1") {
+      ASSERT_EQ(f.entries.size(), 2u);
+      EXPECT_EQ(f.entries[0].label, "weight.grad");
+      EXPECT_EQ(f.entries[1].label, "bias.grad");
+      EXPECT_EQ(f.entries[0].stats.count, 8 * 4);
+      saw_fc1_grads = true;
+    }
+  }
+  EXPECT_TRUE(saw_addmm_backward);
+  EXPECT_TRUE(saw_fc1_grads);
+}
+
+TEST(Backward, BadParameterGradientIsNamedByParameter) {
+  torch::manual_seed(0);
+  Mlp model;
+  // A gradient hook (as clipping or averaging code might install) spoils fc2.bias's gradient.
+  model->fc2->bias.register_hook([](torch::Tensor g) { return g * std::numeric_limits<float>::infinity(); });
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto loss = debug.forward(small_input()).sum();
+  try {
+    debug.backward(loss);
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    const auto& f = e.report().trigger();
+    EXPECT_EQ(f.op, "AccumulateGrad");
+    EXPECT_EQ(f.module_path, "fc2");
+    bool bias_bad = false;
+    for (const auto& en : f.entries) bias_bad = bias_bad || (en.label == "bias.grad" && !en.stats.finite());
+    EXPECT_TRUE(bias_bad);
+  }
+}
+
+TEST(Backward, TrainingStepInsideABatchGuardIsOneBatch) {
+  torch::manual_seed(0);
+  SqrtNet model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
+  auto step = watch.batch();
+  model->forward(small_input()).backward();
+  EXPECT_THROW(step.finish(), sentinel::NonFiniteError);
+  ASSERT_TRUE(watch.last_report().has_value());
+  EXPECT_EQ(watch.last_report()->trigger().op, "SqrtBackward0");
+}
+
+TEST(WhereInTheCode, TheStackNamesTheCallersOwnFunction) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto bad = small_input();
+  bad[0][0] = std::nanf("");
+  try {
+    debug.forward(bad);
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    std::string joined;
+    for (const auto& l : e.report().stack) joined += l + "\n";
+    EXPECT_NE(joined.find("WhereInTheCode_TheStackNamesTheCallersOwnFunction_Test::TestBody"), std::string::npos)
+        << joined;
+    EXPECT_NE(joined.find("library frames]"), std::string::npos) << joined;  // LibTorch collapsed
+    EXPECT_EQ(joined.find("at::_ops::"), std::string::npos) << joined;
+    EXPECT_NE(std::string(e.what()).find("C++ call stack at detection"), std::string::npos);
+  }
+}
+
+TEST(WhereInTheCode, TorchScriptModelsGiveTheScriptLine) {
+  auto model = sentinel::demo::make_t5_encoder();
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  torch::NoGradGuard no_grad;
+  try {
+    for (auto& b : sentinel::demo::make_batches()) debug.forward(b);
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    std::string joined;
+    for (const auto& l : e.report().torchscript_stack) joined += l + "\n";
+    EXPECT_NE(joined.find("hidden_gelu * hidden_linear"), std::string::npos) << joined;
+  }
+}
+
+TEST(Underflow, SubnormalsAreCountedAndShownWithoutBreakingHfColumns) {
+  struct TinyImpl : torch::nn::Module {
+    torch::Tensor forward(torch::Tensor x) { return x * 1e-39f; }  // below float32's smallest normal
+  };
+  auto model = std::make_shared<TinyImpl>();
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out).trace_batch_nums({0}));
+  debug.forward(torch::ones({2, 3}));
+  const auto frames = debug.saved_frames();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].entries.back().stats.subnormal, 6);
+  // HF's three columns first; the count follows as an extra column.
+  EXPECT_NE(out.str().find("1.00e-39 1.00e-39 output subnormal=6\n"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("1.00e+00 1.00e+00 input[0]\n"), std::string::npos) << out.str();
+}
+
+}  // namespace

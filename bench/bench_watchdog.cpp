@@ -11,6 +11,8 @@
 
 #include <sstream>
 
+#include "stats/fp8_probe.h"
+#include "stats/tensor_stats.h"
 #include "transformer_model.h"
 
 namespace {
@@ -68,11 +70,96 @@ void BM_HfStyle(benchmark::State& state) {
   benchmark::DoNotOptimize(sink);
 }
 
+// A training step (forward, backward, SGD step) of the same model, three ways. HF's tool sees
+// no backward pass, so its baseline hooks the forward only; the sentinel also watches every
+// autograd node and checks each parameter's gradient.
+struct TrainFixture {
+  TrainFixture() : model(kLayers, kModel, kHeads, kFeedForward), optimizer(model->parameters(), 1e-4) {
+    torch::manual_seed(0);
+    x = torch::randn({kBatch, kSeq, kModel});
+  }
+  bench::Encoder model;
+  torch::optim::SGD optimizer;
+  torch::Tensor x;
+  void step() {
+    optimizer.zero_grad();
+    model->forward(x).pow(2).mean().backward();
+    optimizer.step();
+  }
+};
+
+TrainFixture& train_fixture() {
+  static TrainFixture f;
+  return f;
+}
+
+void BM_TrainStepUnwatched(benchmark::State& state) {
+  auto& f = train_fixture();
+  for (auto _ : state) f.step();
+}
+
+void BM_TrainStepWatched(benchmark::State& state) {
+  auto& f = train_fixture();
+  std::ostringstream out;
+  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out));
+  for (auto _ : state) {
+    auto batch = watch.batch();
+    f.step();
+    batch.finish();
+  }
+}
+
+void BM_TrainStepHfStyle(benchmark::State& state) {
+  auto& f = train_fixture();
+  double sink = 0;
+  bench::ModuleHook hook = [&sink](torch::nn::Module& m, const torch::Tensor& in, const torch::Tensor& out) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) hf_stats(p.value(), sink);
+    hf_stats(in, sink);
+    hf_stats(out, sink);
+  };
+  f.model->set_hook(&hook);
+  for (auto _ : state) f.step();
+  f.model->set_hook(nullptr);
+  benchmark::DoNotOptimize(sink);
+}
+
+// The statistics pass alone, and fused with the FP8 probe, on one 4M-element activation-like
+// tensor (read from memory each time: 16 MiB is larger than this machine's caches).
+torch::Tensor& probe_tensor() {
+  static torch::Tensor t = torch::randn({4096, 1024}) * 3;
+  return t;
+}
+
+void BM_StatsPass(benchmark::State& state) {
+  sentinel::TensorStats s;
+  for (auto _ : state) {
+    sentinel::stats::compute(probe_tensor(), s);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
+}
+
+void BM_StatsPassWithFp8Probe(benchmark::State& state) {
+  sentinel::TensorStats s;
+  sentinel::stats::Fp8ProbeResult p;
+  for (auto _ : state) {
+    sentinel::stats::compute_with_fp8_probe(probe_tensor(), 448.0f / 12.0f, sentinel::fp8::Format::E4M3, s, p);
+    benchmark::DoNotOptimize(p);
+  }
+  state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
+}
+
 // Interleaved registration, repeated: each repetition measures the three back to back, so slow
 // drifts of the machine affect all three alike.
 BENCHMARK(BM_Unwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Watched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStepUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsPassWithFp8Probe)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -13,11 +13,15 @@ OPENBLAS_NUM_THREADS=1 "$build/bench/bench_watchdog" --benchmark_repetitions=${R
 python3 - "$out" <<'PY'
 import json, sys
 runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
-base = runs["BM_Unwatched"]["real_time"]
+# Each case is compared with the unwatched run of its own kind (forward, or training step).
+def base_of(name):
+    if name.startswith("BM_StatsPass"):
+        return runs["BM_StatsPass"]["real_time"]
+    return runs["BM_TrainStepUnwatched" if name.startswith("BM_TrainStep") else "BM_Unwatched"]["real_time"]
 cv = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "cv"}
-print(f"{'case':<14}{'median ms':>12}{'ratio':>9}{'cv':>8}")
-for name, b in runs.items():
+print(f"{'case':<22}{'median ms':>12}{'ratio':>9}{'cv':>8}")
+for name, b in sorted(runs.items()):
     spread = cv.get(name, {}).get("real_time", float("nan"))
-    print(f"{name[3:]:<14}{b['real_time']:>12.2f}{b['real_time'] / base:>9.3f}{spread:>8.1%}")
+    print(f"{name[3:]:<22}{b['real_time']:>12.2f}{b['real_time'] / base_of(name):>9.3f}{spread:>8.1%}")
 PY
 rm -f "$out"

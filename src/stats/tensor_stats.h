@@ -31,6 +31,8 @@ enum class Readability {
 // zeros, as HF shows them. Anything else returns why it was not read.
 Readability compute(const at::Tensor& t, TensorStats& out);
 
+// Whether compute() would read `t` (before looking at its dtype), and if not why.
+Readability compute_readability(const at::Tensor& t);
 const char* describe(Readability r);
 std::string dtype_name(c10::ScalarType t);
 

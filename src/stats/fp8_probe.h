@@ -1,0 +1,40 @@
+#pragma once
+// The FP8 probe: what casting a tensor to E4M3/E5M2 under a given scale would do, computed in
+// the same read as its statistics. Definitions (docs/fp8.md): v = x * scale in float32; the
+// saturating round-to-nearest-even cast q = decode(encode(v)); the dequantized value q / scale.
+#include <sentinel/fp8.h>
+#include <sentinel/stats.h>
+
+#include <cstdint>
+
+namespace at {
+class Tensor;
+}
+
+namespace sentinel {
+namespace stats {
+
+struct Fp8ProbeResult {
+  int64_t count = 0;      // finite elements probed (non-finite ones are counted by TensorStats)
+  int64_t overflow = 0;   // |x * scale| rounds above the format's max (saturated by the cast)
+  int64_t underflow = 0;  // non-zero elements whose cast is zero
+  double sum_sq_error = 0;   // sum (x - q/scale)^2
+  double sum_x_q = 0;        // sum x * q/scale
+  double sum_x_sq = 0;       // sum x^2
+  double sum_q_sq = 0;       // sum (q/scale)^2
+
+  double mse() const { return count ? sum_sq_error / count : 0.0; }
+  double cosine() const;      // 1 when both are zero
+  double sqnr_db() const;     // +inf when the cast is exact
+};
+
+// One read of `t` (float32/float64/float16/bfloat16, any dense or strided layout) fills both.
+// Returns false (and leaves `probe` empty) for tensors the statistics pass cannot read.
+bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
+                            Fp8ProbeResult& probe);
+
+// Scalar reference of one element's cast, as the vector kernel computes it (exposed for tests).
+float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& overflow);
+
+}  // namespace stats
+}  // namespace sentinel

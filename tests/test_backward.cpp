@@ -83,6 +83,10 @@ TEST(Backward, ACleanStepRecordsGradientFramesAndParameterGradientsByName) {
       saw_addmm_backward = true;
       EXPECT_EQ(f.forward_op, "aten::addmm");
     }
+    if (f.op == "TBackward0") {
+      EXPECT_TRUE(f.module_path == "fc1" || f.module_path == "fc2") << f.module_path;  // the viewed weight's owner
+      EXPECT_EQ(f.forward_op, "aten::t");
+    }
     if (f.op == "AccumulateGrad" && f.module_path == "fc1") {
       ASSERT_EQ(f.entries.size(), 2u);
       EXPECT_EQ(f.entries[0].label, "weight.grad");
@@ -113,6 +117,9 @@ TEST(Backward, BadParameterGradientIsNamedByParameter) {
     bool bias_bad = false;
     for (const auto& en : f.entries) bias_bad = bias_bad || (en.label == "bias.grad" && !en.stats.finite());
     EXPECT_TRUE(bias_bad);
+    EXPECT_NE(e.report().origin.find("the parameter gradients of fc2 (Linear) produced the first inf/nan (in bias.grad)"),
+              std::string::npos)
+        << e.report().origin;
   }
 }
 
@@ -126,6 +133,28 @@ TEST(Backward, TrainingStepInsideABatchGuardIsOneBatch) {
   EXPECT_THROW(step.finish(), sentinel::NonFiniteError);
   ASSERT_TRUE(watch.last_report().has_value());
   EXPECT_EQ(watch.last_report()->trigger().op, "SqrtBackward0");
+}
+
+// A user function whose signature mentions LibTorch types is still the user's code.
+__attribute__((noinline)) at::Tensor run_user_step(sentinel::DebugUnderflowOverflow<Mlp>& debug, at::Tensor x) {
+  return debug.forward(x);
+}
+
+TEST(WhereInTheCode, UserFunctionsTakingTensorsAreNotCollapsed) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto bad = small_input();
+  bad[0][0] = std::nanf("");
+  try {
+    run_user_step(debug, bad);
+    FAIL();
+  } catch (const sentinel::NonFiniteError& e) {
+    std::string joined;
+    for (const auto& l : e.report().stack) joined += l + "\n";
+    EXPECT_NE(joined.find("run_user_step("), std::string::npos) << joined;
+  }
 }
 
 TEST(WhereInTheCode, TheStackNamesTheCallersOwnFunction) {

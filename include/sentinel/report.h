@@ -20,6 +20,7 @@ struct Entry {
   EntryKind kind = EntryKind::Tensor;
   std::string dtype;        // "float32", ... (tensors only)
   std::string skip_reason;  // "empty", "sparse", "meta", "not on cpu", "complex", ...
+  bool is_output = false;   // made by the op (outputs; for AccumulateGrad, the gradients)
   TensorStats stats;
 };
 

@@ -32,7 +32,8 @@ class BatchState {
   bool open() const { return open_; }
   bool tracing() const { return tracing_; }
   bool is_traced(int64_t batch) const { return std::find(trace_.begin(), trace_.end(), batch) != trace_.end(); }
-  int64_t current() const { return open_ ? current_ : next_ - 1; }
+  // The open batch, else the last one (a backward after its forward's batch); 0 before any.
+  int64_t current() const { return open_ ? current_ : std::max<int64_t>(next_ - 1, 0); }
   int64_t next() const { return next_; }
   int64_t take_op_index() { return op_index_++; }
 

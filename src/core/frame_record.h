@@ -38,12 +38,14 @@ struct FrameRecord {
   uint8_t direction = 0;
   uint16_t entry_count = 0;
   int64_t entries_omitted = 0;
+  uint16_t outputs_seen = 0;  // outputs added so far, kept or omitted (numbers the next one)
   bool inputs_finite = true;
   bool outputs_finite = true;
   std::array<EntryRecord, kMaxEntries> entries;
 
   void reset() {
     forward_op = 0;
+    outputs_seen = 0;
     entry_count = 0;
     entries_omitted = 0;
     inputs_finite = outputs_finite = true;
@@ -51,6 +53,7 @@ struct FrameRecord {
   // Keeps the entry if there is room; its finiteness counts either way.
   void add(const EntryRecord& e) {
     if (!e.stats.finite()) (e.role == Role::Output ? outputs_finite : inputs_finite) = false;
+    if (e.role == Role::Output) ++outputs_seen;
     const int limit = e.role == Role::Output ? kMaxEntries : kMaxInputEntries;
     if (entry_count < limit) entries[entry_count++] = e;
     else ++entries_omitted;

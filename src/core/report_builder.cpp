@@ -27,8 +27,7 @@ std::string dtype_text(int8_t dtype) {
 std::string join_labels(const Frame& f, bool inputs) {
   std::string out;
   for (const auto& e : f.entries) {
-    const bool is_output = e.label.rfind("output", 0) == 0;
-    if (is_output == inputs || e.kind != EntryKind::Tensor || e.stats.finite()) continue;
+    if (e.is_output == inputs || e.kind != EntryKind::Tensor || e.stats.finite()) continue;
     if (!out.empty()) out += ", ";
     out += e.label;
   }
@@ -38,6 +37,7 @@ std::string join_labels(const Frame& f, bool inputs) {
 std::string where(const Frame& f) {
   std::string place = f.module_path.empty() ? "the model's root" : f.module_path;
   if (!f.module_class.empty()) place += " (" + f.module_class + ")";
+  if (f.direction == Direction::Backward && f.op == "AccumulateGrad") return "the parameter gradients of " + place;
   if (f.direction == Direction::Backward) {
     return "backward node " + f.op + " (the gradient of " + (f.forward_op.empty() ? "an op" : f.forward_op) +
            " in " + place + ")";
@@ -67,6 +67,7 @@ Frame Watchdog::Impl::to_frame(const core::FrameRecord& r) const {
       if (e.role != role) continue;
       Entry out;
       out.label = entry_label(e, strings);
+      out.is_output = e.role == core::Role::Output;
       out.dtype = dtype_text(e.dtype);
       out.stats = e.stats;
       switch (e.state) {
@@ -98,9 +99,9 @@ Report Watchdog::Impl::build_report() const {
   } else {
     std::string params, inputs;
     for (const auto& e : t.entries) {
-      if (e.kind != EntryKind::Tensor || e.stats.finite()) continue;
+      if (e.kind != EntryKind::Tensor || e.stats.finite() || e.is_output) continue;
       if (e.label.rfind("input", 0) == 0) inputs += (inputs.empty() ? "" : ", ") + e.label;
-      else if (e.label.rfind("output", 0) != 0) {
+      else {
         params += (params.empty() ? "" : ", ") + (t.module_path.empty() ? e.label : t.module_path + "." + e.label);
       }
     }

@@ -38,6 +38,7 @@ Watchdog::Impl::~Impl() {
   if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
   if (ts.auto_batch == this) ts.auto_batch = nullptr;
   if (ts.open_frame_owner == this) ts.open_frame_owner = nullptr;
+  if (ts.open_backward_owner == this) ts.open_backward_owner = nullptr;
   alive.reset();
 }
 

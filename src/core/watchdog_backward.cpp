@@ -77,9 +77,7 @@ void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::Thre
   c10::InferenceMode no_autograd;
   FrameRecord& f = ts.open_backward_frame;
   // What the node's own ops return is what it produces: the gradients it passes on.
-  int next = 0;
-  for (int i = 0; i < f.entry_count; ++i) next += f.entries[i].role == Role::Output;
-  next += static_cast<int>(f.entries_omitted);
+  int next = f.outputs_seen;
   for (const auto& v : fn.outputs()) {
     if (v.isTensor()) f.add(grad_entry(stats_cache, v.toTensor(), Role::Output, next++));
   }

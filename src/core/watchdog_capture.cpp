@@ -152,7 +152,21 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     name_id = strings.intern(fn.name());
   }
   const OpInfo& info = op_info(fn, name_id);
-  if (info.skip) return;
+  if (info.skip) {
+    // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
+    // the module whose parameter it views.
+    if (fn.seqNr() >= 0) {
+      for (const auto& v : fn.inputs()) {
+        if (!v.isTensor()) continue;
+        if (const core::ParamRef* p = index->find_param(v.toTensor())) {
+          forward_ops[fn.seqNr()] =
+              ForwardOp{p->place, strings.intern(fn.name()), static_cast<uint8_t>(Attribution::Parameter)};
+          break;
+        }
+      }
+    }
+    return;
+  }
 
   // Reading statistics must neither re-enter this callback nor build autograd history.
   at::DisableRecordFunctionGuard no_recursion;

@@ -5,6 +5,7 @@
 #include <sentinel/report.h>
 #include <sentinel/watchdog.h>
 
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -77,7 +78,7 @@ struct Watchdog::Impl final : capture::Session {
     uint8_t attribution;
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;
-  bool backward_in_batch = false;  // the parameter gradients are worth a look at batch end
+  std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
   core::StatsCache stats_cache;   // tensors already read in this batch
 
   mutable std::mutex mutex;

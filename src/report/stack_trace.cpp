@@ -22,9 +22,11 @@ bool is_library_frame(const std::string& name) {
   for (const char* p : kPrefixes) {
     if (starts_with(name, p)) return true;
   }
-  // Return types and templates put the interesting name later: look for LibTorch namespaces.
-  for (const char* ns : {" at::", " c10::", " torch::", "at::native::", "c10::impl::", "at::_ops::"}) {
-    if (name.find(ns) != std::string::npos && name.find("sentinel_test") == std::string::npos) return true;
+  // Dispatcher and kernel namespaces can follow a return type ("at::Tensor at::native::add(...)").
+  // Argument types are not looked at: Net::forward(at::Tensor) is the user's code.
+  const std::string qualified = name.substr(0, name.find('('));
+  for (const char* ns : {"at::native::", "c10::impl::", "at::_ops::", "torch::autograd::", "torch::jit::"}) {
+    if (qualified.find(ns) != std::string::npos) return true;
   }
   return false;
 }

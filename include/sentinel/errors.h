@@ -35,6 +35,16 @@ class NonFiniteError : public Error {
   Report report_;
 };
 
+// An FP8 alarm (overflow fraction or scale drift over its threshold) with Action::Throw.
+class Fp8AlarmError : public Error {
+ public:
+  Fp8AlarmError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}
+  const Report& report() const noexcept { return report_; }
+
+ private:
+  Report report_;
+};
+
 // abort_after_batch_num reached.
 class AbortAfterBatch : public Error {
  public:

@@ -5,6 +5,7 @@
 #include <functional>
 #include <iosfwd>
 #include <optional>
+#include <sentinel/fp8_scaling.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,10 +22,10 @@ enum class Action {
   Callback,  // call the user's callback with the report, keep running
 };
 
-// Defines `Options& name(T)` (setter, chains) and `const T& name() const` (getter).
-#define SENTINEL_OPTION(T, name, ...)                 \
+// Defines `Self& name(T)` (setter, chains) and `const T& name() const` (getter).
+#define SENTINEL_OPTION_OF(Self, T, name, ...)        \
  public:                                              \
-  Options& name(T value) {                            \
+  Self& name(T value) {                               \
     name##_ = std::move(value);                       \
     return *this;                                     \
   }                                                   \
@@ -32,6 +33,28 @@ enum class Action {
                                                       \
  private:                                             \
   T name##_ = __VA_ARGS__
+#define SENTINEL_OPTION(T, name, ...) SENTINEL_OPTION_OF(Options, T, name, __VA_ARGS__)
+
+// FP8 numerics of GEMM inputs (linear, matmul, mm, addmm, bmm, baddbmm, convolutions): what
+// delayed scaling (TransformerEngine's recipe) would do to each layer's activations, weights and
+// gradients, step by step (a step is a batch). Read in the same pass as the frame statistics.
+class Fp8Options {
+  SENTINEL_OPTION_OF(Fp8Options, bool, enabled, false);
+  SENTINEL_OPTION_OF(Fp8Options, fp8::Recipe, recipe, fp8::Recipe());
+  // ECMAScript regex matched against the whole module path, like the layer selection of
+  // TransformerEngine's debug tools. Default: every layer.
+  SENTINEL_OPTION_OF(Fp8Options, std::string, layers, ".*");
+  // Probe steps start_step, start_step + freq, ... up to end_step (-1: no end).
+  SENTINEL_OPTION_OF(Fp8Options, int64_t, freq, 1);
+  SENTINEL_OPTION_OF(Fp8Options, int64_t, start_step, 0);
+  SENTINEL_OPTION_OF(Fp8Options, int64_t, end_step, -1);
+  // Alarm when a slot's overflow fraction exceeds this (default 0.1% of its elements) ...
+  SENTINEL_OPTION_OF(Fp8Options, double, overflow_alarm, 1e-3);
+  // ... or its drift log2(delayed scale / current scale) exceeds this (default 0.5: the delayed
+  // scale is over 41% larger than the current amax calls for, so values are about to overflow).
+  SENTINEL_OPTION_OF(Fp8Options, double, drift_alarm, 0.5);
+  SENTINEL_OPTION_OF(Fp8Options, Action, alarm_action, Action::Warn);
+};
 
 class Options {
   // How many of the most recent frames a report shows (HF's default: 21). At least 1.
@@ -45,6 +68,7 @@ class Options {
   SENTINEL_OPTION(std::string, report_dir, {});
   // Skip ops whose outputs only alias their inputs (views such as t, view, select): same values.
   SENTINEL_OPTION(bool, skip_view_ops, true);
+  SENTINEL_OPTION(Fp8Options, fp8, Fp8Options());
 
  public:
   // Sets the callback and Action::Callback.
@@ -70,5 +94,6 @@ class Options {
 };
 
 #undef SENTINEL_OPTION
+#undef SENTINEL_OPTION_OF
 
 }  // namespace sentinel

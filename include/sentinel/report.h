@@ -49,6 +49,28 @@ struct Frame {
   bool outputs_finite = true;
 };
 
+// One FP8 slot (module path x role) at one step: what the cast under delayed scaling did.
+struct Fp8SlotMetrics {
+  int64_t step = 0;            // the batch number
+  std::string module_path;
+  std::string role;            // "activation", "weight", "gradient"
+  std::string format;          // "E4M3", "E5M2"
+  int64_t uses = 0;            // GEMM inputs of this slot in this step
+  double cur_amax = 0;         // max |x| this step
+  double delayed_scale = 1;    // the scale delayed scaling uses this step (history up to t-1)
+  double current_scale = 1;    // the scale this step's amax alone calls for
+  double drift_log2 = 0;       // log2(delayed / current); > 0: values overflow
+  int64_t count = 0;           // finite elements cast
+  int64_t overflow = 0, underflow = 0;
+  double overflow_pct = 0, underflow_pct = 0;
+  double mse = 0, cosine = 1, sqnr_db = 0;
+};
+
+struct Fp8Alarm {
+  Fp8SlotMetrics metrics;
+  std::string reason;  // "overflow 2.31% > 0.10%", "drift 0.74 > 0.50"
+};
+
 struct Report {
   int64_t batch_number = 0;
   std::vector<Frame> frames;  // oldest first; the last one is where inf/nan was detected
@@ -63,6 +85,11 @@ struct Report {
   // TorchScript models: the TorchScript call stack at the op, innermost first ("file:line: code").
   std::vector<std::string> torchscript_stack;
 
+  // "nonfinite" (frames and origin) or "fp8_alarm" (alarms; frames may be empty).
+  std::string kind = "nonfinite";
+  std::vector<Fp8Alarm> fp8_alarms;
+  std::vector<Fp8SlotMetrics> fp8_metrics;  // the last closed FP8 step, when FP8 is watched
+
   const Frame& trigger() const { return frames.back(); }
 };
 
@@ -74,6 +101,9 @@ std::string render_frame_text(const Frame& frame);
 std::string batch_header(int64_t batch_number);
 // Versioned JSON described by reports/report.schema.json.
 std::string render_json(const Report& report);
+// One slot's metrics as a text line, and as one JSON object on one line (fp8_metrics.jsonl).
+std::string render_fp8_metrics_text(const Fp8SlotMetrics& m);
+std::string fp8_metrics_json_line(const Fp8SlotMetrics& m);
 const char* to_string(Attribution a);
 const char* to_string(Direction d);
 const char* to_string(EntryKind k);

@@ -24,7 +24,13 @@ void Options::validate() const {
   if (abort_after_batch_num_ && *abort_after_batch_num_ < 0) {
     throw OptionError("sentinel: abort_after_batch_num must be >= 0, got " + std::to_string(*abort_after_batch_num_));
   }
-  if (action_ == Action::Callback && !callback_) {
+  if (fp8_.enabled() && fp8_.freq() < 1) {
+    throw OptionError("sentinel: fp8 freq must be at least 1, got " + std::to_string(fp8_.freq()));
+  }
+  if (fp8_.enabled() && !(fp8_.overflow_alarm() >= 0 && fp8_.drift_alarm() >= -1e9)) {
+    throw OptionError("sentinel: fp8 alarm thresholds must be numbers, overflow_alarm >= 0");
+  }
+  if ((action_ == Action::Callback || fp8_.alarm_action() == Action::Callback) && !callback_) {
     throw OptionError("sentinel: Action::Callback needs a callback (set it with Options::callback(fn))");
   }
 }

@@ -20,7 +20,8 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
     : opts(std::move(options)),
       index(std::move(model_index)),
       ring(static_cast<size_t>(opts.max_frames_to_save())),
-      batches(opts.trace_batch_nums(), opts.abort_after_batch_num()) {
+      batches(opts.trace_batch_nums(), opts.abort_after_batch_num()),
+      fp8(opts.fp8()) {
   // A non-owning handle: threads hold weak copies that expire when this resets.
   alive = std::shared_ptr<capture::Session>(static_cast<capture::Session*>(this), [](capture::Session*) {});
   capture::thread_state().bound.push_back(alive);
@@ -43,6 +44,7 @@ Watchdog::Impl::~Impl() {
 }
 
 void Watchdog::Impl::begin_batch_locked() {
+  close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
   stats_cache.clear();
   forward_ops.clear();
@@ -56,6 +58,9 @@ void Watchdog::Impl::begin_batch_locked() {
 void Watchdog::Impl::end_batch_locked() {
   const int64_t finished = batches.current();
   stats_cache.clear();  // releases the weak references
+  // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
+  // after the backward (check_parameter_gradients) or when the next batch begins.
+  if (forward_ops.empty()) close_fp8_step_locked();
   if (batches.end() && !pending) {
     pending = std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished)));
     stopped = true;
@@ -63,31 +68,90 @@ void Watchdog::Impl::end_batch_locked() {
 }
 
 void Watchdog::Impl::begin_auto_batch() {
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!stopped) begin_batch_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!stopped) begin_batch_locked();
+  }
+  deliver_fp8_alarm();
 }
 
 void Watchdog::Impl::end_auto_batch() {
-  std::lock_guard<std::mutex> lock(mutex);
-  end_batch_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    end_batch_locked();
+  }
+  deliver_fp8_alarm();
 }
 
 bool Watchdog::Impl::begin_explicit_batch() {
   auto& ts = capture::thread_state();
   if (ts.explicit_batch == this) return false;  // forward() inside batch(): one batch
-  std::lock_guard<std::mutex> lock(mutex);
-  begin_batch_locked();
-  ts.explicit_batch = this;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    begin_batch_locked();
+    ts.explicit_batch = this;
+  }
+  deliver_fp8_alarm();
   return true;
 }
 
 void Watchdog::Impl::end_explicit_batch() {
-  // A training step inside the batch: its parameters' gradients are checked once, here.
+  // A training step inside the batch: its parameters' gradients are checked once, here (which
+  // also closes its FP8 step).
   if (backward_in_batch) check_parameter_gradients();
   auto& ts = capture::thread_state();
   if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
-  std::lock_guard<std::mutex> lock(mutex);
-  end_batch_locked();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    end_batch_locked();
+  }
+  deliver_fp8_alarm();
+}
+
+void Watchdog::Impl::close_fp8_step_locked() {
+  if (!fp8.enabled() || !fp8.step_open()) return;
+  std::vector<Fp8Alarm> alarms;
+  last_fp8_metrics = fp8.end_step(alarms);
+  if (!opts.report_dir().empty()) {
+    std::string error = report::append_fp8_metrics(opts.report_dir(), last_fp8_metrics);
+    if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
+  }
+  if (alarms.empty() || pending_alarm) return;
+  Report r;
+  r.kind = "fp8_alarm";
+  r.batch_number = alarms.front().metrics.step;
+  r.fp8_alarms = std::move(alarms);
+  r.fp8_metrics = last_fp8_metrics;
+  pending_alarm = std::move(r);
+}
+
+void Watchdog::Impl::deliver_fp8_alarm() {
+  std::optional<Report> alarm;
+  const Action action = opts.fp8().alarm_action();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::swap(alarm, pending_alarm);
+    if (!alarm) return;
+    if (action == Action::Throw && !pending) pending = std::make_exception_ptr(Fp8AlarmError(*alarm, render_text(*alarm)));
+  }
+  const std::string text = render_text(*alarm);
+  std::ostream& out = opts.output();
+  if (action != Action::Callback) out << text << std::flush;
+  if (!opts.report_dir().empty()) {
+    std::string error = report::write_report_files(opts.report_dir(), *alarm, text);
+    if (!error.empty()) out << "sentinel: " << error << "\n" << std::flush;
+  }
+  if (action == Action::Abort) {
+    std::cerr << "sentinel: FP8 alarm, aborting (Action::Abort)\n" << std::flush;
+    std::abort();
+  }
+  if (action == Action::Callback && opts.callback()) {
+    try {
+      opts.callback()(*alarm);
+    } catch (...) {
+      out << "sentinel: the report callback threw\n" << std::flush;
+    }
+  }
 }
 
 void Watchdog::Impl::throw_pending() {
@@ -103,6 +167,7 @@ void Watchdog::Impl::throw_pending() {
 // Called with the lock held and the detecting frame just pushed.
 void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
   Report report = build_report();
+  report.fp8_metrics = last_fp8_metrics;
   // Only now, at detection, is the cost of walking the stacks paid.
   report.stack = report::user_call_stack();
   if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
@@ -172,7 +237,13 @@ void Watchdog::backward(const at::Tensor& loss) {
   impl_->throw_pending();
   loss.backward();
   impl_->check_parameter_gradients();
+  impl_->deliver_fp8_alarm();
   impl_->throw_pending();
+}
+
+std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->last_fp8_metrics;
 }
 
 int64_t Watchdog::batch_number() const {

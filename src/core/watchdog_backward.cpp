@@ -63,8 +63,24 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
   const auto inputs = fn.inputs();  // the incoming gradients
+  // The backward of a GEMM multiplies by its incoming gradient: FP8's gradient slot (E5M2 in HYBRID).
+  const bool probe_fp8 = fp8.enabled() && f.forward_op != 0 &&
+                         fp8.wants(f.batch_number, f.forward_op, strings.at(f.forward_op), f.place, places) != 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].isTensor()) f.add(grad_entry(stats_cache, inputs[i].toTensor(), Role::Input, static_cast<int>(i)));
+    if (!inputs[i].isTensor()) continue;
+    const at::Tensor& g = inputs[i].toTensor();
+    if (probe_fp8 && g.defined()) {
+      EntryRecord e;
+      e.role = Role::Input;
+      e.index = static_cast<int16_t>(i);
+      const auto r = fp8.probe(g, f.place, fp8::Role::Gradient, f.batch_number, places, e.stats);
+      e.state = r == stats::Readability::Read ? EntryState::Read : EntryState::Skipped;
+      e.skip_reason = static_cast<uint8_t>(r);
+      e.dtype = static_cast<int8_t>(g.scalar_type());
+      f.add(e);
+    } else {
+      f.add(grad_entry(stats_cache, g, Role::Input, static_cast<int>(i)));
+    }
   }
   backward_in_batch = true;
   ts.open_backward_owner = this;
@@ -122,6 +138,8 @@ void Watchdog::Impl::check_parameter_gradients() {
     f.add(e);
   }
   if (place != UINT32_MAX) flush();
+  if (!lock.owns_lock()) lock.lock();
+  close_fp8_step_locked();  // the training step is complete: forward, backward, gradients
 }
 
 }  // namespace sentinel

@@ -81,16 +81,24 @@ const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t nam
   return info;
 }
 
-void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg,
-                               const core::ParamRef*& owner) {
+void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     const core::ParamRef* param = t.defined() ? index->find_param(t) : nullptr;
-    EntryRecord e = tensor_entry(stats_cache, t, param ? Role::Param : Role::Input, position, -1);
-    if (param) {
-      e.param_name = param->name;
-      if (!owner) owner = param;
+    EntryRecord e;
+    if (probe_fp8 && t.defined()) {
+      // A GEMM input of a selected layer: statistics and FP8 cast in one read.
+      e.role = param ? Role::Param : Role::Input;
+      e.index = static_cast<int16_t>(position);
+      const auto r = fp8.probe(t, f.place, param ? fp8::Role::Weight : fp8::Role::Activation, f.batch_number, places,
+                               e.stats);
+      e.state = r == stats::Readability::Read ? EntryState::Read : EntryState::Skipped;
+      e.skip_reason = static_cast<uint8_t>(r);
+      e.dtype = static_cast<int8_t>(t.scalar_type());
+    } else {
+      e = tensor_entry(stats_cache, t, param ? Role::Param : Role::Input, position, -1);
     }
+    if (param) e.param_name = param->name;
     f.add(e);
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
@@ -178,13 +186,14 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   f.op = info.display_name;
   f.op_key = name_id;
   f.direction = static_cast<uint8_t>(Direction::Forward);
-  const core::ParamRef* owner = nullptr;
   auto inputs = fn.inputs();
   if (info.num_args >= 0 && inputs.size() > static_cast<size_t>(info.num_args)) {
     inputs = inputs.slice(inputs.size() - info.num_args);
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), owner);
+  // The first parameter among the inputs names the module (C++ frontend).
+  const core::ParamRef* owner = nullptr;
+  for (size_t i = 0; i < inputs.size() && !owner; ++i) {
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined()) owner = index->find_param(inputs[i].toTensor());
   }
 
   if (index->is_torchscript()) {
@@ -201,6 +210,11 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     f.place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
+  const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, f.op, strings.at(f.op), f.place, places) : 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1));
+  }
+
   // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
   if (fn.seqNr() >= 0) forward_ops[fn.seqNr()] = ForwardOp{f.place, f.op, f.attribution};
   ts.open_frame_owner = this;

@@ -16,6 +16,7 @@
 #include "capture/session.h"
 #include "capture/thread_state.h"
 #include "core/batch_state.h"
+#include "core/fp8_monitor.h"
 #include "core/frame_ring.h"
 #include "core/model_index.h"
 #include "core/stats_cache.h"
@@ -59,6 +60,10 @@ struct Watchdog::Impl final : capture::Session {
   bool begin_explicit_batch();
   void end_explicit_batch();
   void throw_pending();
+  // Closes the open FP8 step (lock held): metrics, log, alarms into pending_alarm.
+  void close_fp8_step_locked();
+  // Runs the action of a pending FP8 alarm; call without the lock.
+  void deliver_fp8_alarm();
 
   Frame to_frame(const core::FrameRecord& f) const;
   Report build_report() const;
@@ -80,6 +85,9 @@ struct Watchdog::Impl final : capture::Session {
   std::unordered_map<int64_t, ForwardOp> forward_ops;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
   core::StatsCache stats_cache;   // tensors already read in this batch
+  core::Fp8Monitor fp8;
+  std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
+  std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
 
   mutable std::mutex mutex;
   std::exception_ptr pending;     // thrown at the next safe point
@@ -90,8 +98,7 @@ struct Watchdog::Impl final : capture::Session {
 
  private:
   const OpInfo& op_info(const at::RecordFunction& fn, uint32_t name_id);
-  void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg,
-                 const core::ParamRef*& owner);
+  void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8);
   void add_outputs(core::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
   uint32_t scope_place(capture::ThreadState& ts);
   void begin_batch_locked();

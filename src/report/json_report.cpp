@@ -31,7 +31,29 @@ nlohmann::json entry_json(const Entry& e) {
   return j;
 }
 
+nlohmann::json fp8_metrics_json(const Fp8SlotMetrics& m) {
+  return {{"step", m.step},
+          {"module_path", m.module_path},
+          {"role", m.role},
+          {"format", m.format},
+          {"uses", m.uses},
+          {"cur_amax", number(m.cur_amax)},
+          {"delayed_scale", number(m.delayed_scale)},
+          {"current_scale", number(m.current_scale)},
+          {"drift_log2", number(m.drift_log2)},
+          {"count", m.count},
+          {"overflow", m.overflow},
+          {"underflow", m.underflow},
+          {"overflow_pct", number(m.overflow_pct)},
+          {"underflow_pct", number(m.underflow_pct)},
+          {"mse", number(m.mse)},
+          {"cosine", number(m.cosine)},
+          {"sqnr_db", number(m.sqnr_db)}};
+}
+
 }  // namespace
+
+std::string fp8_metrics_json_line(const Fp8SlotMetrics& m) { return fp8_metrics_json(m).dump(); }
 
 std::string render_json(const Report& report) {
   nlohmann::json frames = nlohmann::json::array();
@@ -51,9 +73,15 @@ std::string render_json(const Report& report) {
                       {"entries_omitted", f.entries_omitted},
                       {"entries", entries}});
   }
+  nlohmann::json metrics = nlohmann::json::array();
+  for (const auto& m : report.fp8_metrics) metrics.push_back(fp8_metrics_json(m));
+  nlohmann::json alarms = nlohmann::json::array();
+  for (const auto& a : report.fp8_alarms) alarms.push_back({{"reason", a.reason}, {"metrics", fp8_metrics_json(a.metrics)}});
   nlohmann::json j{{"schema_version", SENTINEL_REPORT_SCHEMA_VERSION},
                    {"sentinel_version", SENTINEL_VERSION_STRING},
-                   {"kind", "nonfinite"},
+                   {"kind", report.kind},
+                   {"fp8_metrics", metrics},
+                   {"fp8_alarms", alarms},
                    {"batch_number", report.batch_number},
                    {"rank", report.rank},
                    {"world_size", report.world_size},

@@ -28,9 +28,18 @@ void prepare_report_dir(const std::string& dir) {
   fs::remove(probe, ec);
 }
 
+std::string append_fp8_metrics(const std::string& dir, const std::vector<Fp8SlotMetrics>& metrics) {
+  const fs::path path = fs::path(dir) / "fp8_metrics.jsonl";
+  std::ofstream f(path, std::ios::app);
+  for (const auto& m : metrics) f << fp8_metrics_json_line(m) << "\n";
+  if (!f || !f.flush()) return "could not append to " + path.string() + ": " + std::strerror(errno);
+  return "";
+}
+
 std::string write_report_files(const std::string& dir, const Report& report, const std::string& text) {
   const std::string stem = (report.world_size > 1 ? "rank" + std::to_string(report.rank) + "_" : std::string()) +
-                           "sentinel_batch" + std::to_string(report.batch_number);
+                           (report.kind == "fp8_alarm" ? "sentinel_fp8_alarm_batch" : "sentinel_batch") +
+                           std::to_string(report.batch_number);
   std::string errors;
   auto write = [&](const std::string& name, const std::string& content) {
     const fs::path path = fs::path(dir) / name;

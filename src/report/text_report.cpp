@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace sentinel {
 
@@ -52,7 +53,25 @@ std::string render_frame_text(const Frame& frame) {
   return out;
 }
 
+std::string render_fp8_metrics_text(const Fp8SlotMetrics& m) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s %s %s: amax %.2e  delayed scale %.3e  current scale %.3e  drift %+.2f  overflow %.3f%% (%lld)  "
+                "underflow %.3f%% (%lld)  mse %.2e  cosine %.6f  sqnr %.1f dB",
+                m.module_path.empty() ? "<root>" : m.module_path.c_str(), m.role.c_str(), m.format.c_str(), m.cur_amax,
+                m.delayed_scale, m.current_scale, m.drift_log2, m.overflow_pct, static_cast<long long>(m.overflow),
+                m.underflow_pct, static_cast<long long>(m.underflow), m.mse, m.cosine, m.sqnr_db);
+  return buf;
+}
+
 std::string render_text(const Report& report) {
+  if (report.kind == "fp8_alarm") {
+    std::string out = "FP8 alarm during batch_number=" + std::to_string(report.batch_number) + "\n";
+    for (const auto& a : report.fp8_alarms) {
+      out += kPrefix + " " + render_fp8_metrics_text(a.metrics) + "\n" + kPrefix + " alarm: " + a.reason + "\n";
+    }
+    return out;
+  }
   std::string out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + "\n";
   bool any_backward = false;
   for (const auto& f : report.frames) any_backward = any_backward || f.direction == Direction::Backward;
@@ -69,6 +88,10 @@ std::string render_text(const Report& report) {
   if (!report.torchscript_stack.empty()) {
     out += "TorchScript call stack at detection (innermost first):\n";
     for (const auto& line : report.torchscript_stack) out += "  " + line + "\n";
+  }
+  if (!report.fp8_metrics.empty()) {
+    out += "FP8 metrics of step " + std::to_string(report.fp8_metrics.front().step) + ":\n";
+    for (const auto& m : report.fp8_metrics) out += "  " + render_fp8_metrics_text(m) + "\n";
   }
   if (!report.stack.empty()) {
     out += "C++ call stack at detection (innermost first):\n";

@@ -1,0 +1,128 @@
+#include "core/fp8_monitor.h"
+
+#include <sentinel/errors.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cmath>
+#include <cstdio>
+
+namespace sentinel {
+namespace core {
+
+namespace {
+
+// The arguments that are the GEMM's operands: addmm/baddbmm(bias, a, b); the others (a, b, ...).
+int8_t gemm_operands(const std::string& name) {
+  if (name == "aten::addmm" || name == "aten::baddbmm") return 0b110;
+  static const char* const kGemms[] = {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::conv1d",
+                                       "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
+                                       "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"};
+  for (const char* g : kGemms) {
+    if (name == g) return 0b011;
+  }
+  return 0;
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f%%", 100.0 * fraction);
+  return buf;
+}
+
+}  // namespace
+
+Fp8Monitor::Fp8Monitor(const Fp8Options& options) : options_(options), scalers_(options.recipe()) {
+  if (options_.freq() < 1) throw OptionError("sentinel: fp8 freq must be at least 1, got " + std::to_string(options_.freq()));
+  if (options_.recipe().amax_history_len() < 1) {
+    throw OptionError("sentinel: fp8 amax_history_len must be at least 1, got " +
+                      std::to_string(options_.recipe().amax_history_len()));
+  }
+  try {
+    layers_ = std::regex(options_.layers(), std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw OptionError("sentinel: fp8 layers regex '" + options_.layers() + "' is invalid: " + e.what());
+  }
+}
+
+uint32_t Fp8Monitor::wants(int64_t step, uint32_t op, const std::string& op_name, uint32_t place,
+                           const PlaceTable& places) {
+  if (!options_.enabled() || step < options_.start_step()) return 0;
+  if (options_.end_step() >= 0 && step > options_.end_step()) return 0;
+  if ((step - options_.start_step()) % options_.freq() != 0) return 0;
+  if (op >= gemm_by_op_.size()) gemm_by_op_.resize(op + 1, -1);
+  if (gemm_by_op_[op] < 0) gemm_by_op_[op] = gemm_operands(op_name);
+  if (gemm_by_op_[op] == 0) return 0;
+  if (place >= selected_by_place_.size()) selected_by_place_.resize(place + 1, -1);
+  if (selected_by_place_[place] < 0) selected_by_place_[place] = std::regex_match(places.path(place), layers_);
+  return selected_by_place_[place] == 1 ? static_cast<uint32_t>(gemm_by_op_[op]) : 0;
+}
+
+stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step,
+                                     const PlaceTable& places, TensorStats& out) {
+  auto key = std::make_pair(place, static_cast<int>(role));
+  auto it = slots_.find(key);
+  if (it == slots_.end()) {
+    const std::string path = places.path(place);
+    it = slots_.emplace(key, Slot{&scalers_.slot(path, role), path, role, step, 0, 0.0, {}}).first;
+  }
+  Slot& slot = it->second;
+  stats::Fp8ProbeResult result;
+  if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result)) {
+    return stats::compute(t, out);
+  }
+  ++slot.uses;
+  if (out.count > out.nan && std::isfinite(out.abs_max)) slot.amax = std::max(slot.amax, out.abs_max);
+  else if (out.pos_inf + out.neg_inf > 0) slot.amax = INFINITY;  // TE's rule: a non-finite amax keeps the scale
+  slot.sums.count += result.count;
+  slot.sums.overflow += result.overflow;
+  slot.sums.underflow += result.underflow;
+  slot.sums.sum_sq_error += result.sum_sq_error;
+  slot.sums.sum_x_q += result.sum_x_q;
+  slot.sums.sum_x_sq += result.sum_x_sq;
+  slot.sums.sum_q_sq += result.sum_q_sq;
+  return stats::Readability::Read;
+}
+
+std::vector<Fp8SlotMetrics> Fp8Monitor::end_step(std::vector<Fp8Alarm>& alarms) {
+  std::vector<Fp8SlotMetrics> metrics;
+  for (auto& [key, slot] : slots_) {
+    Fp8SlotMetrics m;
+    m.step = slot.step;
+    m.module_path = slot.path;
+    m.role = fp8::role_name(slot.role);
+    m.format = fp8::format_name(slot.scaler->format());
+    m.uses = slot.uses;
+    m.cur_amax = slot.amax;
+    m.delayed_scale = slot.scaler->scale();
+    m.current_scale = slot.scaler->current_scale(static_cast<float>(slot.amax));
+    m.drift_log2 = fp8::DelayedScaler::drift_log2(static_cast<float>(m.delayed_scale), static_cast<float>(m.current_scale));
+    m.count = slot.sums.count;
+    m.overflow = slot.sums.overflow;
+    m.underflow = slot.sums.underflow;
+    m.overflow_pct = m.count ? 100.0 * m.overflow / m.count : 0.0;
+    m.underflow_pct = m.count ? 100.0 * m.underflow / m.count : 0.0;
+    m.mse = slot.sums.mse();
+    m.cosine = slot.sums.cosine();
+    m.sqnr_db = slot.sums.sqnr_db();
+    slot.scaler->update(static_cast<float>(slot.amax));  // the next step's scale sees this amax
+
+    std::string reason;
+    const double overflow_fraction = m.count ? double(m.overflow) / m.count : 0.0;
+    if (overflow_fraction > options_.overflow_alarm()) {
+      reason = "overflow " + percent(overflow_fraction) + " > " + percent(options_.overflow_alarm());
+    }
+    if (m.drift_log2 > options_.drift_alarm()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "drift %.2f > %.2f", m.drift_log2, options_.drift_alarm());
+      reason += (reason.empty() ? "" : "; ") + std::string(buf);
+    }
+    if (!reason.empty()) alarms.push_back(Fp8Alarm{m, reason});
+    metrics.push_back(std::move(m));
+  }
+  slots_.clear();
+  return metrics;
+}
+
+}  // namespace core
+}  // namespace sentinel

@@ -1,0 +1,61 @@
+#pragma once
+// FP8 bring-up: per slot (module path x role) and step, what delayed scaling would do to the GEMM
+// inputs of the selected layers. Fed from the same read as the frame statistics; a step ends
+// when its batch ends (inference) or after its backward (training).
+#include <sentinel/options.h>
+#include <sentinel/report.h>
+
+#include <cstdint>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/string_table.h"
+#include "stats/fp8_probe.h"
+#include "stats/tensor_stats.h"
+
+namespace at {
+class Tensor;
+}
+
+namespace sentinel {
+namespace core {
+
+class Fp8Monitor {
+ public:
+  // Throws sentinel::OptionError for an invalid regex or frequency.
+  explicit Fp8Monitor(const Fp8Options& options);
+
+  bool enabled() const { return options_.enabled(); }
+  // Which arguments of this op (by display name id) of this place, at this step, are probed:
+  // bit i for argument i; 0 for none. Only a GEMM's two operands (addmm's bias is not one).
+  uint32_t wants(int64_t step, uint32_t op, const std::string& op_name, uint32_t place, const PlaceTable& places);
+  // Reads `t` once: its statistics, and its cast under the slot's delayed scale.
+  stats::Readability probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places,
+                           TensorStats& out);
+  bool step_open() const { return !slots_.empty(); }
+  // Closes the open step: metrics per slot, scalers updated, alarms over their thresholds.
+  std::vector<Fp8SlotMetrics> end_step(std::vector<Fp8Alarm>& alarms);
+  const Fp8Options& options() const { return options_; }
+
+ private:
+  struct Slot {
+    fp8::DelayedScaler* scaler;
+    std::string path;
+    fp8::Role role;
+    int64_t step;
+    int64_t uses = 0;
+    double amax = 0;
+    stats::Fp8ProbeResult sums;
+  };
+  Fp8Options options_;
+  std::regex layers_;
+  fp8::ScalingTable scalers_;
+  std::map<std::pair<uint32_t, int>, Slot> slots_;  // slots used in the open step
+  std::vector<int8_t> gemm_by_op_;                  // -1 unknown, else the operand mask
+  std::vector<int8_t> selected_by_place_;
+};
+
+}  // namespace core
+}  // namespace sentinel

@@ -86,6 +86,17 @@ TEST(Cli, DemoIsTheDefaultAndFindsItsOverflow) {
   EXPECT_EQ(sentinel_cli("demo").code, 3);
 }
 
+TEST(Cli, Fp8DemoCatchesTheDriftBeforeTheOverflow) {
+  auto r = sentinel_cli("demo fp8");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("FP8 alarm during batch_number=6"), std::string::npos) << r.output;
+  const auto first_overflow_alarm = r.output.find("overflow 2.502% > 1.000%");
+  const auto first_drift_alarm = r.output.find("drift 0.26 > 0.25");
+  ASSERT_NE(first_drift_alarm, std::string::npos) << r.output;
+  EXPECT_LT(first_drift_alarm, first_overflow_alarm);
+  EXPECT_EQ(sentinel_cli("demo nonsense").code, 2);
+}
+
 struct BadCase {
   std::string args;
   int code;

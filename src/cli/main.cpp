@@ -1,6 +1,6 @@
 // sentinel: run a TorchScript model under the watchdog, or the embedded demo.
 //   sentinel                      # the demo
-//   sentinel demo [--report-dir D]
+//   sentinel demo [fp8] [--report-dir D]
 //   sentinel run --model M.pt --inputs B.pt [--max-frames N] [--trace-batches 1,3]
 //                [--abort-after N] [--report-dir D] [--warn]
 // Exit codes: 0 clean, 1 internal error, 2 usage error, 3 inf/nan detected, 4 bad input files.
@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "cli/demo_model.h"
+#include "cli/fp8_demo.h"
 #include "cli/run_command.h"
 
 namespace {
@@ -58,6 +59,9 @@ int main(int argc, char** argv) {
   run_flags.add_to(run);
   auto* demo = app.add_subcommand("demo", "run the embedded T5-style demo, whose feed-forward overflows");
   demo_flags.add_to(demo);
+  std::string demo_name = "overflow";
+  demo->add_option("name", demo_name, "overflow (default): inf in a T5 feed-forward; fp8: delayed-scaling drift")
+      ->check(CLI::IsMember({"overflow", "fp8"}));
 
   try {
     app.parse(argc, argv);
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
     }
     auto options = demo_flags.options();
     options.validate();
+    if (demo_name == "fp8") return sentinel::cli::run_fp8_demo(options);
     std::cout << "sentinel demo: a T5-style encoder (TorchScript) whose gated-GELU feed-forward overflows float32\n"
               << "at batch " << sentinel::demo::kOverflowBatch << " as its inputs grow.\n";
     auto model = sentinel::demo::make_t5_encoder();

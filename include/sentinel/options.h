@@ -69,6 +69,9 @@ class Options {
   // Skip ops whose outputs only alias their inputs (views such as t, view, select): same values.
   SENTINEL_OPTION(bool, skip_view_ops, true);
   SENTINEL_OPTION(Fp8Options, fp8, Fp8Options());
+  // Counts per entry of what casting to fp16/bf16 would overflow or flush (a second read of each
+  // floating tensor); see Watchdog::headroom().
+  SENTINEL_OPTION(bool, headroom, false);
 
  public:
   // Sets the callback and Action::Callback.

@@ -3,6 +3,7 @@
 #include <sentinel/stats.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct Entry {
   std::string dtype;        // "float32", ... (tensors only)
   std::string skip_reason;  // "empty", "sparse", "meta", "not on cpu", "complex", ...
   bool is_output = false;   // made by the op (outputs; for AccumulateGrad, the gradients)
+  bool has_headroom = false;  // Options::headroom: counts below are filled in
+  HeadroomCounts headroom;
   TensorStats stats;
 };
 
@@ -69,6 +72,17 @@ struct Fp8SlotMetrics {
 struct Fp8Alarm {
   Fp8SlotMetrics metrics;
   std::string reason;  // "overflow 2.31% > 0.10%", "drift 0.74 > 0.50"
+};
+
+// Can this model run in fp16 or bf16? The first frames whose entries would overflow on the cast.
+struct HeadroomSummary {
+  std::optional<Frame> first_fp16_overflow;
+  std::optional<Frame> first_bf16_overflow;
+  int64_t frames_checked = 0;
+  int64_t frames_fp16_overflow = 0;
+  int64_t frames_fp16_underflow = 0;
+  int64_t frames_bf16_overflow = 0;
+  int64_t frames_bf16_underflow = 0;
 };
 
 struct Report {

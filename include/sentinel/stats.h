@@ -23,4 +23,14 @@ struct TensorStats {
   double hf_abs_max() const;
 };
 
+// What casting to fp16 and to bf16 would do, counted exactly as the round-to-nearest-even casts
+// round: values at or above the largest finite value plus half an ulp become inf; non-zero values
+// at or below half the smallest subnormal become zero.
+struct HeadroomCounts {
+  int64_t fp16_overflow = 0;
+  int64_t fp16_underflow = 0;
+  int64_t bf16_overflow = 0;
+  int64_t bf16_underflow = 0;
+};
+
 }  // namespace sentinel

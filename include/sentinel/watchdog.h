@@ -76,6 +76,8 @@ class Watchdog {
   void backward(const at::Tensor& loss);
   // The number the next batch will get (= batches finished so far).
   int64_t batch_number() const;
+  // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
+  HeadroomSummary headroom() const;
   // FP8 metrics of the last closed step, one per slot (Options::fp8 enabled).
   std::vector<Fp8SlotMetrics> fp8_metrics() const;
   // The most recent report, if any inf/nan was detected.

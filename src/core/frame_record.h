@@ -21,6 +21,8 @@ struct EntryRecord {
   EntryState state = EntryState::Read;
   int8_t dtype = -1;        // c10::ScalarType
   uint8_t skip_reason = 0;  // stats::Readability when Skipped
+  bool has_headroom = false;
+  HeadroomCounts headroom;
 };
 
 struct FrameRecord {

@@ -68,6 +68,8 @@ Frame Watchdog::Impl::to_frame(const core::FrameRecord& r) const {
       Entry out;
       out.label = entry_label(e, strings);
       out.is_output = e.role == core::Role::Output;
+      out.has_headroom = e.has_headroom;
+      out.headroom = e.headroom;
       out.dtype = dtype_text(e.dtype);
       out.stats = e.stats;
       switch (e.state) {

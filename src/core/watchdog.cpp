@@ -241,6 +241,11 @@ void Watchdog::backward(const at::Tensor& loss) {
   impl_->throw_pending();
 }
 
+HeadroomSummary Watchdog::headroom() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->headroom_summary;
+}
+
 std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->last_fp8_metrics;

@@ -24,8 +24,10 @@ using core::Role;
 
 namespace {
 
-EntryRecord tensor_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index, int sub) {
+EntryRecord tensor_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index, int sub,
+                         bool headroom = false) {
   EntryRecord e;
+  if (headroom) e.has_headroom = stats::compute_headroom(t, e.headroom);
   e.role = role;
   e.index = static_cast<int16_t>(index);
   e.sub_index = static_cast<int16_t>(sub);
@@ -96,13 +98,13 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
       e.skip_reason = static_cast<uint8_t>(r);
       e.dtype = static_cast<int8_t>(t.scalar_type());
     } else {
-      e = tensor_entry(stats_cache, t, param ? Role::Param : Role::Input, position, -1);
+      e = tensor_entry(stats_cache, t, param ? Role::Param : Role::Input, position, -1, opts.headroom());
     }
     if (param) e.param_name = param->name;
     f.add(e);
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
-    for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Input, position, static_cast<int>(j)));
+    for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Input, position, static_cast<int>(j), opts.headroom()));
   } else if (v.isNone() && tensor_arg) {
     f.add(plain_entry(EntryState::None, Role::Input, position, -1));
   }
@@ -116,11 +118,11 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     const int index = single ? -1 : static_cast<int>(i);
     if (v.isTensor()) {
       any_tensor = true;
-      f.add(tensor_entry(stats_cache, v.toTensor(), Role::Output, index, -1));
+      f.add(tensor_entry(stats_cache, v.toTensor(), Role::Output, index, -1, opts.headroom()));
     } else if (v.isTensorList()) {
       any_tensor = true;
       auto list = v.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Output, index, static_cast<int>(j)));
+      for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom()));
     } else if (v.isNone()) {
       f.add(plain_entry(EntryState::None, Role::Output, index, -1));
     } else {
@@ -240,9 +242,28 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
   finish_frame(f, lock);
 }
 
+void Watchdog::Impl::note_headroom(const FrameRecord& f) {
+  bool o16 = false, u16 = false, ob = false, ub = false;
+  for (int i = 0; i < f.entry_count; ++i) {
+    const auto& h = f.entries[i].headroom;
+    o16 |= h.fp16_overflow > 0;
+    u16 |= h.fp16_underflow > 0;
+    ob |= h.bf16_overflow > 0;
+    ub |= h.bf16_underflow > 0;
+  }
+  ++headroom_summary.frames_checked;
+  headroom_summary.frames_fp16_overflow += o16;
+  headroom_summary.frames_fp16_underflow += u16;
+  headroom_summary.frames_bf16_overflow += ob;
+  headroom_summary.frames_bf16_underflow += ub;
+  if (o16 && !headroom_summary.first_fp16_overflow) headroom_summary.first_fp16_overflow = to_frame(f);
+  if (ob && !headroom_summary.first_bf16_overflow) headroom_summary.first_bf16_overflow = to_frame(f);
+}
+
 void Watchdog::Impl::finish_frame(FrameRecord& f, std::unique_lock<std::mutex>& lock) {
   f.op_index = batches.take_op_index();
   ring.push(f);
+  if (opts.headroom()) note_headroom(f);
   if (batches.is_traced(f.batch_number)) {
     opts.output() << render_frame_text(to_frame(f)) << std::flush;
     return;

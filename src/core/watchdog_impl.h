@@ -88,6 +88,7 @@ struct Watchdog::Impl final : capture::Session {
   core::Fp8Monitor fp8;
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
   std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
+  HeadroomSummary headroom_summary;              // Options::headroom
 
   mutable std::mutex mutex;
   std::exception_ptr pending;     // thrown at the next safe point
@@ -106,6 +107,7 @@ struct Watchdog::Impl final : capture::Session {
   void trip(std::unique_lock<std::mutex>& lock);
   // After a frame is complete: keep it, trace it or detect on it. Called with the lock held.
   void finish_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
+  void note_headroom(const core::FrameRecord& f);
 };
 
 }  // namespace sentinel

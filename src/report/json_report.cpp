@@ -20,6 +20,10 @@ nlohmann::json entry_json(const Entry& e) {
   nlohmann::json j{{"label", e.label}, {"kind", to_string(e.kind)}};
   if (!e.dtype.empty()) j["dtype"] = e.dtype;
   if (e.kind == EntryKind::Skipped) j["skip_reason"] = e.skip_reason;
+  if (e.has_headroom) {
+    j["headroom"] = {{"fp16_overflow", e.headroom.fp16_overflow}, {"fp16_underflow", e.headroom.fp16_underflow},
+                     {"bf16_overflow", e.headroom.bf16_overflow}, {"bf16_underflow", e.headroom.bf16_underflow}};
+  }
   if (e.kind == EntryKind::Tensor) {
     const auto& s = e.stats;
     j["stats"] = {{"count", s.count},     {"abs_min", number(s.count == s.nan ? NAN : s.abs_min)},

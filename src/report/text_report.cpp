@@ -19,9 +19,15 @@ std::string entry_line(const Entry& e) {
     case EntryKind::Tensor: {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%8.2e %8.2e ", e.stats.hf_abs_min(), e.stats.hf_abs_max());
-      // Underflow as an extra last column, only where there is any: HF's three come first.
-      if (e.stats.subnormal > 0) return buf + e.label + " subnormal=" + std::to_string(e.stats.subnormal);
-      return buf + e.label;
+      // Extra columns after HF's three, only where there is something to say.
+      std::string line = buf + e.label;
+      if (e.stats.subnormal > 0) line += " subnormal=" + std::to_string(e.stats.subnormal);
+      const auto& h = e.headroom;
+      if (h.fp16_overflow > 0) line += " fp16_overflow=" + std::to_string(h.fp16_overflow);
+      if (h.fp16_underflow > 0) line += " fp16_underflow=" + std::to_string(h.fp16_underflow);
+      if (h.bf16_overflow > 0) line += " bf16_overflow=" + std::to_string(h.bf16_overflow);
+      if (h.bf16_underflow > 0) line += " bf16_underflow=" + std::to_string(h.bf16_underflow);
+      return line;
     }
     case EntryKind::None: return right17("None") + " " + e.label;
     case EntryKind::NotATensor: return right17("not a tensor") + " " + e.label;

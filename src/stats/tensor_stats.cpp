@@ -90,6 +90,51 @@ void reduce_tensor(const at::Tensor& t, TensorStats& out) {
 
 }  // namespace
 
+namespace {
+
+// Round-to-nearest-even boundaries: fp16 max 65504, half an ulp above it 65520 (ties go to the
+// even neighbour, 65536 = inf); smallest subnormal 2^-24, half of it 2^-25 (ties go to 0).
+// bf16 max 0x7F7F, half an ulp above it 0x7F7F8000 as float32; smallest subnormal 2^-133.
+// (Hexadecimal literals: exact.)
+constexpr double kFp16Overflow = 0x1.ffep+15;   // 65520
+constexpr double kFp16Flush = 0x1p-25;
+constexpr double kBf16Overflow = 0x1.ffp+127;   // float32 bits 0x7F7F8000
+constexpr double kBf16Flush = 0x1p-134;
+
+template <typename T>
+void headroom_span(const T* p, int64_t n, int64_t stride, HeadroomCounts& out) {
+  int64_t o16 = 0, u16 = 0, ob = 0, ub = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::fabs(static_cast<double>(kernels::Widen<T>::get(p[i * stride])));
+    o16 += (a >= kFp16Overflow) & (a != INFINITY);
+    u16 += (a > 0) & (a <= kFp16Flush);
+    ob += (a >= kBf16Overflow) & (a != INFINITY);
+    ub += (a > 0) & (a <= kBf16Flush);
+  }
+  out.fp16_overflow += o16;
+  out.fp16_underflow += u16;
+  out.bf16_overflow += ob;
+  out.bf16_underflow += ub;
+}
+
+}  // namespace
+
+bool compute_headroom(const at::Tensor& t, HeadroomCounts& out) {
+  out = HeadroomCounts{};
+  if (compute_readability(t) != Readability::Read) return false;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t s) { headroom_span<T>(p, n, s, out); });
+  };
+  switch (t.scalar_type()) {
+    case c10::kFloat: run(float{}); return true;
+    case c10::kDouble: run(double{}); return true;
+    case c10::kHalf: run(c10::Half{}); return true;
+    case c10::kBFloat16: run(c10::BFloat16{}); return true;
+    default: return false;
+  }
+}
+
 Readability compute_readability(const at::Tensor& t) {
   if (!t.defined()) return Readability::Undefined;
   if (t.is_sparse()) return Readability::Sparse;

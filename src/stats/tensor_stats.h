@@ -31,6 +31,9 @@ enum class Readability {
 // zeros, as HF shows them. Anything else returns why it was not read.
 Readability compute(const at::Tensor& t, TensorStats& out);
 
+// Counts what fp16 and bf16 casts would overflow or flush; false for non-floating tensors.
+bool compute_headroom(const at::Tensor& t, HeadroomCounts& out);
+
 // Whether compute() would read `t` (before looking at its dtype), and if not why.
 Readability compute_readability(const at::Tensor& t);
 const char* describe(Readability r);

@@ -198,6 +198,9 @@ TEST(Fp8Watch, BadOptionsAreClearErrors) {
   };
   EXPECT_NE(error_of(sentinel::Fp8Options().layers("fc[")).find("fp8 layers regex 'fc[' is invalid"), std::string::npos);
   EXPECT_NE(error_of(sentinel::Fp8Options().freq(0)).find("freq must be at least 1"), std::string::npos);
+  // Options of FP8 watching that is off are not looked at.
+  std::ostringstream out;
+  EXPECT_NO_THROW(sentinel::Watchdog(model.ptr(), sentinel::Options().output(out).fp8(sentinel::Fp8Options().layers("fc["))));
 }
 
 }  // namespace

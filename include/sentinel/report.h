@@ -104,7 +104,11 @@ struct Report {
   std::vector<Fp8Alarm> fp8_alarms;
   std::vector<Fp8SlotMetrics> fp8_metrics;  // the last closed FP8 step, when FP8 is watched
 
-  const Frame& trigger() const { return frames.back(); }
+  // The frame where inf/nan was detected (an empty frame for FP8 alarm reports, which have none).
+  const Frame& trigger() const {
+    static const Frame none;
+    return frames.empty() ? none : frames.back();
+  }
 };
 
 // HF's layout: "Detected inf/nan during batch_number=N", "Last K forward frames:", ...

@@ -53,7 +53,12 @@ int run_fp8_demo(const Options& base) {
   for (int step = 0; step < 10; ++step) {
     scale *= growth[step];
     const size_t alarms_before = alarms.size();
-    debug.forward(base_input * scale);
+    try {
+      debug.forward(base_input * scale);
+    } catch (const AbortAfterBatch& e) {
+      out << "stopped after batch " << e.batch() << " (--abort-after)\n";
+      return alarms.empty() ? kClean : kNonFinite;
+    }
     for (const auto& m : debug.fp8_metrics()) {
       if (m.module_path != "proj" || m.role != "activation") continue;
       char line[200];

@@ -33,6 +33,7 @@ std::string percent(double fraction) {
 }  // namespace
 
 Fp8Monitor::Fp8Monitor(const Fp8Options& options) : options_(options), scalers_(options.recipe()) {
+  if (!options_.enabled()) return;
   if (options_.freq() < 1) throw OptionError("sentinel: fp8 freq must be at least 1, got " + std::to_string(options_.freq()));
   if (options_.recipe().amax_history_len() < 1) {
     throw OptionError("sentinel: fp8 amax_history_len must be at least 1, got " +
@@ -68,8 +69,9 @@ stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::R
   }
   Slot& slot = it->second;
   stats::Fp8ProbeResult result;
-  if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result)) {
-    return stats::compute(t, out);
+  stats::Readability readability = stats::Readability::Read;
+  if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result, &readability)) {
+    return readability;  // not a floating tensor the cast applies to: statistics only
   }
   ++slot.uses;
   if (out.count > out.nan && std::isfinite(out.abs_max)) slot.amax = std::max(slot.amax, out.abs_max);
@@ -87,6 +89,7 @@ stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::R
 std::vector<Fp8SlotMetrics> Fp8Monitor::end_step(std::vector<Fp8Alarm>& alarms) {
   std::vector<Fp8SlotMetrics> metrics;
   for (auto& [key, slot] : slots_) {
+    if (slot.uses == 0) continue;  // every operand unreadable (meta, sparse, integer): nothing to say
     Fp8SlotMetrics m;
     m.step = slot.step;
     m.module_path = slot.path;

@@ -30,7 +30,7 @@ void Options::validate() const {
   if (fp8_.enabled() && !(fp8_.overflow_alarm() >= 0 && fp8_.drift_alarm() >= -1e9)) {
     throw OptionError("sentinel: fp8 alarm thresholds must be numbers, overflow_alarm >= 0");
   }
-  if ((action_ == Action::Callback || fp8_.alarm_action() == Action::Callback) && !callback_) {
+  if ((action_ == Action::Callback || (fp8_.enabled() && fp8_.alarm_action() == Action::Callback)) && !callback_) {
     throw OptionError("sentinel: Action::Callback needs a callback (set it with Options::callback(fn))");
   }
 }

@@ -3,6 +3,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
+#include <ATen/record_function.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -126,6 +127,9 @@ void Watchdog::Impl::close_fp8_step_locked() {
 }
 
 void Watchdog::Impl::deliver_fp8_alarm() {
+  // May run inside a RecordFunction callback (TorchScript batches): what the user's callback
+  // does must not be recorded as the model's ops.
+  at::DisableRecordFunctionGuard not_recorded;
   std::optional<Report> alarm;
   const Action action = opts.fp8().alarm_action();
   {
@@ -148,8 +152,10 @@ void Watchdog::Impl::deliver_fp8_alarm() {
   if (action == Action::Callback && opts.callback()) {
     try {
       opts.callback()(*alarm);
+    } catch (const std::exception& e) {
+      out << "sentinel: the report callback threw: " << e.what() << "\n" << std::flush;
     } catch (...) {
-      out << "sentinel: the report callback threw\n" << std::flush;
+      out << "sentinel: the report callback threw a non-standard exception\n" << std::flush;
     }
   }
 }

@@ -1,18 +1,14 @@
 // Gradient frames: one per autograd node run by backward(), linked to the forward op (and so the
 // module) it differentiates through the autograd sequence number.
 //
-// RecordFunction::inputs() carries a debug-only assertion on a flag that LibTorch's release build
-// never sets, so it must be compiled as in release here.
-#ifndef NDEBUG
-#define NDEBUG
-#endif
-#include <ATen/record_function.h>
+#include "capture/record_function_release.h"
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/InferenceMode.h>
 
 #include <cstring>
 
+#include "core/entry_builder.h"
 #include "core/watchdog_impl.h"
 
 namespace sentinel {
@@ -25,16 +21,7 @@ using core::Role;
 namespace {
 
 EntryRecord grad_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index) {
-  EntryRecord e;
-  e.role = role;
-  e.index = static_cast<int16_t>(index);
-  const auto r = cache.compute(t, e.stats);
-  e.state = r == stats::Readability::Read ? EntryState::Read
-            : r == stats::Readability::Undefined ? EntryState::None
-                                                  : EntryState::Skipped;
-  e.skip_reason = static_cast<uint8_t>(r);
-  e.dtype = t.defined() ? static_cast<int8_t>(t.scalar_type()) : -1;
-  return e;
+  return core::tensor_entry(cache, t, role, index, -1);
 }
 
 }  // namespace
@@ -64,20 +51,18 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   }
   const auto inputs = fn.inputs();  // the incoming gradients
   // The backward of a GEMM multiplies by its incoming gradient: FP8's gradient slot (E5M2 in HYBRID).
-  const bool probe_fp8 = fp8.enabled() && f.forward_op != 0 &&
+  // Composite ops (aten::linear, aten::matmul) share their sequence number with the first node
+  // made inside them (the TBackward0 of weight.t()): only a GEMM's own node holds the gradient.
+  const std::string node = fn.name();
+  const bool gemm_node = node.find("mmBackward") != std::string::npos || node.find("ConvolutionBackward") != std::string::npos;
+  const bool probe_fp8 = fp8.enabled() && gemm_node && f.forward_op != 0 &&
                          fp8.wants(f.batch_number, f.forward_op, strings.at(f.forward_op), f.place, places) != 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor()) continue;
     const at::Tensor& g = inputs[i].toTensor();
     if (probe_fp8 && g.defined()) {
-      EntryRecord e;
-      e.role = Role::Input;
-      e.index = static_cast<int16_t>(i);
-      const auto r = fp8.probe(g, f.place, fp8::Role::Gradient, f.batch_number, places, e.stats);
-      e.state = r == stats::Readability::Read ? EntryState::Read : EntryState::Skipped;
-      e.skip_reason = static_cast<uint8_t>(r);
-      e.dtype = static_cast<int8_t>(g.scalar_type());
-      f.add(e);
+      f.add(core::probe_entry(fp8, g, f.place, fp8::Role::Gradient, f.batch_number, places, Role::Input,
+                              static_cast<int>(i)));
     } else {
       f.add(grad_entry(stats_cache, g, Role::Input, static_cast<int>(i)));
     }

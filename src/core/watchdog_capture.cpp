@@ -1,17 +1,12 @@
 // The hot path: what the watchdog does with each outermost op.
-//
-// RecordFunction::inputs() carries a debug-only assertion on a flag that LibTorch's release build
-// never sets, so it must be compiled as in release here.
-#ifndef NDEBUG
-#define NDEBUG
-#endif
-#include <ATen/record_function.h>
+#include "capture/record_function_release.h"
 #include <ATen/core/Tensor.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include "core/entry_builder.h"
 #include "core/watchdog_impl.h"
 #include "stats/tensor_stats.h"
 
@@ -21,33 +16,10 @@ using core::EntryRecord;
 using core::EntryState;
 using core::FrameRecord;
 using core::Role;
+using core::plain_entry;
+using core::tensor_entry;
 
 namespace {
-
-EntryRecord tensor_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index, int sub,
-                         bool headroom = false) {
-  EntryRecord e;
-  if (headroom) e.has_headroom = stats::compute_headroom(t, e.headroom);
-  e.role = role;
-  e.index = static_cast<int16_t>(index);
-  e.sub_index = static_cast<int16_t>(sub);
-  const auto r = cache.compute(t, e.stats);
-  e.state = r == stats::Readability::Read ? EntryState::Read
-            : r == stats::Readability::Undefined ? EntryState::None
-                                                  : EntryState::Skipped;
-  e.skip_reason = static_cast<uint8_t>(r);
-  e.dtype = t.defined() ? static_cast<int8_t>(t.scalar_type()) : -1;
-  return e;
-}
-
-EntryRecord plain_entry(EntryState state, Role role, int index, int sub) {
-  EntryRecord e;
-  e.role = role;
-  e.state = state;
-  e.index = static_cast<int16_t>(index);
-  e.sub_index = static_cast<int16_t>(sub);
-  return e;
-}
 
 bool is_tensor_type(const c10::TypePtr& type) {
   c10::TypePtr t = type;
@@ -87,19 +59,11 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     const core::ParamRef* param = t.defined() ? index->find_param(t) : nullptr;
-    EntryRecord e;
-    if (probe_fp8 && t.defined()) {
-      // A GEMM input of a selected layer: statistics and FP8 cast in one read.
-      e.role = param ? Role::Param : Role::Input;
-      e.index = static_cast<int16_t>(position);
-      const auto r = fp8.probe(t, f.place, param ? fp8::Role::Weight : fp8::Role::Activation, f.batch_number, places,
-                               e.stats);
-      e.state = r == stats::Readability::Read ? EntryState::Read : EntryState::Skipped;
-      e.skip_reason = static_cast<uint8_t>(r);
-      e.dtype = static_cast<int8_t>(t.scalar_type());
-    } else {
-      e = tensor_entry(stats_cache, t, param ? Role::Param : Role::Input, position, -1, opts.headroom());
-    }
+    const Role role = param ? Role::Param : Role::Input;
+    EntryRecord e = probe_fp8 && t.defined()
+                        ? core::probe_entry(fp8, t, f.place, param ? fp8::Role::Weight : fp8::Role::Activation,
+                                            f.batch_number, places, role, position)
+                        : tensor_entry(stats_cache, t, role, position, -1, opts.headroom());
     if (param) e.param_name = param->name;
     f.add(e);
   } else if (v.isTensorList()) {

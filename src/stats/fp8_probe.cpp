@@ -242,14 +242,16 @@ float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& ov
 }
 
 bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
-                            Fp8ProbeResult& probe) {
+                            Fp8ProbeResult& probe, Readability* readability) {
   probe = Fp8ProbeResult{};
   const auto dtype = t.defined() ? t.scalar_type() : c10::kFloat;
   const bool floating = dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16;
   if (!floating || compute_readability(t) != Readability::Read) {
-    compute(t, stats);
+    const Readability r = compute(t, stats);
+    if (readability) *readability = r;
     return false;
   }
+  if (readability) *readability = Readability::Read;
   stats = TensorStats{};
   const FormatConstants c = constants(format);
   switch (dtype) {

@@ -5,6 +5,8 @@
 #include <sentinel/fp8.h>
 #include <sentinel/stats.h>
 
+#include "stats/tensor_stats.h"
+
 #include <cstdint>
 
 namespace at {
@@ -30,8 +32,9 @@ struct Fp8ProbeResult {
 
 // One read of `t` (float32/float64/float16/bfloat16, any dense or strided layout) fills both.
 // Returns false (and leaves `probe` empty) for tensors the statistics pass cannot read.
+// `readability` (optional) receives what the statistics pass said of the tensor.
 bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
-                            Fp8ProbeResult& probe);
+                            Fp8ProbeResult& probe, Readability* readability = nullptr);
 
 // Scalar reference of one element's cast, as the vector kernel computes it (exposed for tests).
 float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& overflow);

@@ -149,14 +149,8 @@ Readability compute_readability(const at::Tensor& t) {
 
 Readability compute(const at::Tensor& t, TensorStats& out) {
   out = TensorStats{};
-  if (!t.defined()) return Readability::Undefined;
-  if (t.is_sparse()) return Readability::Sparse;
-  if (t.layout() != c10::kStrided) return Readability::OtherLayout;
-  if (t.is_meta()) return Readability::Meta;
-  if (t.is_quantized()) return Readability::Quantized;
-  if (t.is_complex()) return Readability::Complex;
-  if (!t.device().is_cpu()) return Readability::NotOnCpu;
-  if (t.numel() == 0) return Readability::Empty;
+  const Readability readable = compute_readability(t);
+  if (readable != Readability::Read) return readable;
   switch (t.scalar_type()) {
     case c10::kFloat: reduce_tensor<float>(t, out); break;
     case c10::kDouble: reduce_tensor<double>(t, out); break;

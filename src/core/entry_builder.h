@@ -1,0 +1,53 @@
+#pragma once
+// Builds the entries of a frame from tensors: statistics (through the per-batch cache), or
+// statistics and FP8 probe in one read, and optional fp16/bf16 headroom.
+#include <ATen/core/Tensor.h>
+
+#include "core/fp8_monitor.h"
+#include "core/frame_record.h"
+#include "core/stats_cache.h"
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+namespace core {
+
+inline EntryRecord make_entry(Role role, int index, int sub) {
+  EntryRecord e;
+  e.role = role;
+  e.index = static_cast<int16_t>(index);
+  e.sub_index = static_cast<int16_t>(sub);
+  return e;
+}
+
+inline void set_readability(EntryRecord& e, const at::Tensor& t, stats::Readability r) {
+  e.state = r == stats::Readability::Read ? EntryState::Read
+            : r == stats::Readability::Undefined ? EntryState::None
+                                                  : EntryState::Skipped;
+  e.skip_reason = static_cast<uint8_t>(r);
+  e.dtype = t.defined() ? static_cast<int8_t>(t.scalar_type()) : -1;
+}
+
+inline EntryRecord tensor_entry(StatsCache& cache, const at::Tensor& t, Role role, int index, int sub,
+                                bool headroom = false) {
+  EntryRecord e = make_entry(role, index, sub);
+  if (headroom) e.has_headroom = stats::compute_headroom(t, e.headroom);
+  set_readability(e, t, cache.compute(t, e.stats));
+  return e;
+}
+
+// A GEMM operand of a selected layer: statistics and FP8 cast in one read.
+inline EntryRecord probe_entry(Fp8Monitor& fp8, const at::Tensor& t, uint32_t place, fp8::Role slot_role,
+                               int64_t step, const PlaceTable& places, Role role, int index) {
+  EntryRecord e = make_entry(role, index, -1);
+  set_readability(e, t, fp8.probe(t, place, slot_role, step, places, e.stats));
+  return e;
+}
+
+inline EntryRecord plain_entry(EntryState state, Role role, int index, int sub) {
+  EntryRecord e = make_entry(role, index, sub);
+  e.state = state;
+  return e;
+}
+
+}  // namespace core
+}  // namespace sentinel

@@ -207,14 +207,16 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
 }
 
 void Watchdog::Impl::note_headroom(const FrameRecord& f) {
-  bool o16 = false, u16 = false, ob = false, ub = false;
+  bool any = false, o16 = false, u16 = false, ob = false, ub = false;
   for (int i = 0; i < f.entry_count; ++i) {
+    any |= f.entries[i].has_headroom;
     const auto& h = f.entries[i].headroom;
     o16 |= h.fp16_overflow > 0;
     u16 |= h.fp16_underflow > 0;
     ob |= h.bf16_overflow > 0;
     ub |= h.bf16_underflow > 0;
   }
+  if (!any) return;  // gradient frames and frames of non-floating tensors carry no counts
   ++headroom_summary.frames_checked;
   headroom_summary.frames_fp16_overflow += o16;
   headroom_summary.frames_fp16_underflow += u16;

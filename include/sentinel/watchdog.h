@@ -3,6 +3,7 @@
 //
 //   auto debug = sentinel::DebugUnderflowOverflow(model);      // C++ frontend or TorchScript
 //   auto y = debug.forward(x);                                 // one batch; throws NonFiniteError
+//   debug.backward(loss);                                      // training: before optimizer.step()
 //
 // Or, in a loop that calls the model itself:
 //   sentinel::Watchdog watch(model);
@@ -49,7 +50,8 @@ class BatchGuard {
   BatchGuard(const BatchGuard&) = delete;
   // Ends the batch if finish() was not called; throws a pending error unless already unwinding.
   ~BatchGuard() noexcept(false);
-  // Ends the batch; throws sentinel::NonFiniteError or sentinel::AbortAfterBatch if due.
+  // Ends the batch; throws sentinel::NonFiniteError, sentinel::Fp8AlarmError or
+  // sentinel::AbortAfterBatch if due.
   void finish();
 
  private:

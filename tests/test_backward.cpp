@@ -147,14 +147,8 @@ TEST(WhereInTheCode, UserFunctionsTakingTensorsAreNotCollapsed) {
   sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
   auto bad = small_input();
   bad[0][0] = std::nanf("");
-  try {
-    run_user_step(debug, bad);
-    FAIL();
-  } catch (const sentinel::NonFiniteError& e) {
-    std::string joined;
-    for (const auto& l : e.report().stack) joined += l + "\n";
-    EXPECT_NE(joined.find("run_user_step("), std::string::npos) << joined;
-  }
+  const auto stack = joined(expect_nonfinite([&] { run_user_step(debug, bad); }).stack);
+  EXPECT_NE(stack.find("run_user_step("), std::string::npos) << stack;
 }
 
 TEST(WhereInTheCode, TheStackNamesTheCallersOwnFunction) {
@@ -164,18 +158,13 @@ TEST(WhereInTheCode, TheStackNamesTheCallersOwnFunction) {
   sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
   auto bad = small_input();
   bad[0][0] = std::nanf("");
-  try {
-    debug.forward(bad);
-    FAIL();
-  } catch (const sentinel::NonFiniteError& e) {
-    std::string joined;
-    for (const auto& l : e.report().stack) joined += l + "\n";
-    EXPECT_NE(joined.find("WhereInTheCode_TheStackNamesTheCallersOwnFunction_Test::TestBody"), std::string::npos)
-        << joined;
-    EXPECT_NE(joined.find("library frames]"), std::string::npos) << joined;  // LibTorch collapsed
-    EXPECT_EQ(joined.find("at::_ops::"), std::string::npos) << joined;
-    EXPECT_NE(std::string(e.what()).find("C++ call stack at detection"), std::string::npos);
-  }
+  const auto report = expect_nonfinite([&] { debug.forward(bad); });
+  const auto stack = joined(report.stack);
+  EXPECT_NE(stack.find("WhereInTheCode_TheStackNamesTheCallersOwnFunction_Test::TestBody"), std::string::npos)
+      << stack;
+  EXPECT_NE(stack.find("library frames]"), std::string::npos) << stack;  // LibTorch collapsed
+  EXPECT_EQ(stack.find("at::_ops::"), std::string::npos) << stack;
+  EXPECT_NE(sentinel::render_text(report).find("C++ call stack at detection"), std::string::npos);
 }
 
 TEST(WhereInTheCode, TorchScriptModelsGiveTheScriptLine) {
@@ -183,14 +172,10 @@ TEST(WhereInTheCode, TorchScriptModelsGiveTheScriptLine) {
   std::ostringstream out;
   sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
   torch::NoGradGuard no_grad;
-  try {
-    for (auto& b : sentinel::demo::make_batches()) debug.forward(b);
-    FAIL();
-  } catch (const sentinel::NonFiniteError& e) {
-    std::string joined;
-    for (const auto& l : e.report().torchscript_stack) joined += l + "\n";
-    EXPECT_NE(joined.find("hidden_gelu * hidden_linear"), std::string::npos) << joined;
-  }
+  const auto script = joined(expect_nonfinite([&] {
+                                for (auto& b : sentinel::demo::make_batches()) debug.forward(b);
+                              }).torchscript_stack);
+  EXPECT_NE(script.find("hidden_gelu * hidden_linear"), std::string::npos) << script;
 }
 
 TEST(Underflow, SubnormalsAreCountedAndShownWithoutBreakingHfColumns) {

@@ -136,9 +136,12 @@ void Watchdog::Impl::deliver_fp8_alarm() {
     std::lock_guard<std::mutex> lock(mutex);
     std::swap(alarm, pending_alarm);
     if (!alarm) return;
-    if (action == Action::Throw && !pending) pending = std::make_exception_ptr(Fp8AlarmError(*alarm, render_text(*alarm)));
   }
   const std::string text = render_text(*alarm);
+  if (action == Action::Throw) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!pending) pending = std::make_exception_ptr(Fp8AlarmError(*alarm, text));
+  }
   std::ostream& out = opts.output();
   if (action != Action::Callback) out << text << std::flush;
   if (!opts.report_dir().empty()) {

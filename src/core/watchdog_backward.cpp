@@ -18,13 +18,7 @@ using core::EntryState;
 using core::FrameRecord;
 using core::Role;
 
-namespace {
-
-EntryRecord grad_entry(core::StatsCache& cache, const at::Tensor& t, Role role, int index) {
-  return core::tensor_entry(cache, t, role, index, -1);
-}
-
-}  // namespace
+using core::tensor_entry;
 
 void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -53,9 +47,8 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   // The backward of a GEMM multiplies by its incoming gradient: FP8's gradient slot (E5M2 in HYBRID).
   // Composite ops (aten::linear, aten::matmul) share their sequence number with the first node
   // made inside them (the TBackward0 of weight.t()): only a GEMM's own node holds the gradient.
-  const std::string node = fn.name();
-  const bool gemm_node = node.find("mmBackward") != std::string::npos || node.find("ConvolutionBackward") != std::string::npos;
-  const bool probe_fp8 = fp8.enabled() && gemm_node && f.forward_op != 0 &&
+  const bool probe_fp8 = fp8.enabled() && f.forward_op != 0 &&
+                         (std::strstr(fn.name(), "mmBackward") || std::strstr(fn.name(), "ConvolutionBackward")) &&
                          fp8.wants(f.batch_number, f.forward_op, strings.at(f.forward_op), f.place, places) != 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor()) continue;
@@ -64,7 +57,7 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
       f.add(core::probe_entry(fp8, g, f.place, fp8::Role::Gradient, f.batch_number, places, Role::Input,
                               static_cast<int>(i)));
     } else {
-      f.add(grad_entry(stats_cache, g, Role::Input, static_cast<int>(i)));
+      f.add(tensor_entry(stats_cache, g, Role::Input, static_cast<int>(i), -1));
     }
   }
   backward_in_batch = true;
@@ -80,7 +73,7 @@ void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::Thre
   // What the node's own ops return is what it produces: the gradients it passes on.
   int next = f.outputs_seen;
   for (const auto& v : fn.outputs()) {
-    if (v.isTensor()) f.add(grad_entry(stats_cache, v.toTensor(), Role::Output, next++));
+    if (v.isTensor()) f.add(tensor_entry(stats_cache, v.toTensor(), Role::Output, next++, -1));
   }
 }
 
@@ -116,7 +109,7 @@ void Watchdog::Impl::check_parameter_gradients() {
       f.attribution = static_cast<uint8_t>(Attribution::Parameter);
       place = ref.place;
     }
-    EntryRecord e = grad_entry(stats_cache, grad, Role::Param, -1);
+    EntryRecord e = tensor_entry(stats_cache, grad, Role::Param, -1, -1);
     e.param_name = ref.name;
     // A parameter's gradient is what AccumulateGrad produced: an output of this frame.
     e.role = Role::Output;

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/SmallVector.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
@@ -26,6 +27,16 @@ bool is_tensor_type(const c10::TypePtr& type) {
   if (t->kind() == c10::TypeKind::OptionalType) t = t->expectRef<c10::OptionalType>().getElementType();
   if (t->kind() == c10::TypeKind::ListType) t = t->expectRef<c10::ListType>().getElementType();
   return t->kind() == c10::TypeKind::TensorType;
+}
+
+// The op's own arguments: boxed calls (the TorchScript interpreter) hand RecordFunction the whole
+// interpreter stack, whose last entries they are.
+c10::ArrayRef<const c10::IValue> own_arguments(const at::RecordFunction& fn, const OpInfo& info) {
+  auto inputs = fn.inputs();
+  if (info.num_args >= 0 && inputs.size() > static_cast<size_t>(info.num_args)) {
+    inputs = inputs.slice(inputs.size() - info.num_args);
+  }
+  return inputs;
 }
 
 }  // namespace
@@ -55,10 +66,10 @@ const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t nam
   return info;
 }
 
-void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8) {
+void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
+                               const core::ParamRef* param) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
-    const core::ParamRef* param = t.defined() ? index->find_param(t) : nullptr;
     const Role role = param ? Role::Param : Role::Input;
     EntryRecord e = probe_fp8 && t.defined()
                         ? core::probe_entry(fp8, t, f.place, param ? fp8::Role::Weight : fp8::Role::Activation,
@@ -130,11 +141,10 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
     // the module whose parameter it views.
     if (fn.seqNr() >= 0) {
-      for (const auto& v : fn.inputs()) {
-        if (!v.isTensor()) continue;
+      for (const auto& v : own_arguments(fn, info)) {
+        if (!v.isTensor() || !v.toTensor().defined()) continue;
         if (const core::ParamRef* p = index->find_param(v.toTensor())) {
-          forward_ops[fn.seqNr()] =
-              ForwardOp{p->place, strings.intern(fn.name()), static_cast<uint8_t>(Attribution::Parameter)};
+          forward_ops[fn.seqNr()] = ForwardOp{p->place, info.display_name, static_cast<uint8_t>(Attribution::Parameter)};
           break;
         }
       }
@@ -152,14 +162,13 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   f.op = info.display_name;
   f.op_key = name_id;
   f.direction = static_cast<uint8_t>(Direction::Forward);
-  auto inputs = fn.inputs();
-  if (info.num_args >= 0 && inputs.size() > static_cast<size_t>(info.num_args)) {
-    inputs = inputs.slice(inputs.size() - info.num_args);
-  }
-  // The first parameter among the inputs names the module (C++ frontend).
+  const auto inputs = own_arguments(fn, info);
+  // Each input's parameter, looked up once; the first one names the module (C++ frontend).
+  c10::SmallVector<const core::ParamRef*, 8> params(inputs.size(), nullptr);
   const core::ParamRef* owner = nullptr;
-  for (size_t i = 0; i < inputs.size() && !owner; ++i) {
-    if (inputs[i].isTensor() && inputs[i].toTensor().defined()) owner = index->find_param(inputs[i].toTensor());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined()) params[i] = index->find_param(inputs[i].toTensor());
+    if (!owner) owner = params[i];
   }
 
   if (index->is_torchscript()) {
@@ -178,7 +187,8 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   }
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, f.op, strings.at(f.op), f.place, places) : 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1));
+    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
+              params[i]);
   }
 
   // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.

@@ -99,7 +99,8 @@ struct Watchdog::Impl final : capture::Session {
 
  private:
   const OpInfo& op_info(const at::RecordFunction& fn, uint32_t name_id);
-  void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8);
+  void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
+                 const core::ParamRef* param);
   void add_outputs(core::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
   uint32_t scope_place(capture::ThreadState& ts);
   void begin_batch_locked();

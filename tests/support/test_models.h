@@ -1,10 +1,13 @@
 #pragma once
 // Small C++-frontend models shared by the watchdog tests.
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sentinel/errors.h>
 #include <sentinel/scope.h>
 
 #include <string>
+#include <vector>
 
 namespace sentinel_test {
 
@@ -46,6 +49,25 @@ TORCH_MODULE(TwoBlocks);
 
 inline torch::Tensor small_input(int64_t rows = 2, int64_t cols = 4, double scale = 1.0) {
   return torch::linspace(-1.0, 1.0, rows * cols).reshape({rows, cols}) * scale;
+}
+
+// Runs `body`, which must end in sentinel::NonFiniteError; returns that error's report (an empty
+// report, and a test failure, if it does not).
+template <class Body>
+sentinel::Report expect_nonfinite(Body&& body) {
+  try {
+    body();
+  } catch (const sentinel::NonFiniteError& e) {
+    return e.report();
+  }
+  ADD_FAILURE() << "expected sentinel::NonFiniteError";
+  return {};
+}
+
+inline std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
 }
 
 inline std::string data_path(const std::string& name) { return std::string(SENTINEL_TEST_DATA_DIR) + "/" + name; }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "stats/fp8_probe.h"
+#include "stats/fp8_probe_math.h"
 #include "stats/tensor_stats.h"
 
 namespace {
@@ -40,6 +41,30 @@ Oracle oracle(const torch::Tensor& t, float scale, Format f) {
     o.xx += double(x) * x;
     o.qq += qx * qx;
   }
+  return o;
+}
+
+// Probes `t` and checks everything against the oracle; returns the oracle for further checks.
+Oracle expect_matches_oracle(const torch::Tensor& t, float scale, Format format) {
+  sentinel::TensorStats stats, plain;
+  Fp8ProbeResult probe;
+  EXPECT_TRUE(sentinel::stats::compute_with_fp8_probe(t, scale, format, stats, probe));
+  sentinel::stats::compute(t, plain);
+  EXPECT_EQ(stats.count, plain.count);
+  EXPECT_EQ(stats.nan, plain.nan);
+  EXPECT_EQ(stats.pos_inf, plain.pos_inf);
+  EXPECT_EQ(stats.zeros, plain.zeros);
+  EXPECT_EQ(stats.subnormal, plain.subnormal);
+  EXPECT_EQ(stats.abs_max, plain.abs_max);
+  EXPECT_EQ(stats.abs_min, plain.abs_min);
+  const Oracle o = oracle(t, scale, format);
+  EXPECT_EQ(probe.count, o.count);
+  EXPECT_EQ(probe.overflow, o.overflow);
+  EXPECT_EQ(probe.underflow, o.underflow);
+  EXPECT_NEAR(probe.mse(), o.se / o.count, 1e-4 * o.se / o.count);
+  if (o.qq > 0) EXPECT_NEAR(probe.cosine(), o.xq / std::sqrt(o.xx * o.qq), 1e-6);
+  else EXPECT_EQ(probe.cosine(), 0.0);  // everything flushed: nothing in common with x
+  EXPECT_NEAR(probe.sqnr_db(), 10 * std::log10(o.xx / o.se), 1e-3);
   return o;
 }
 
@@ -84,24 +109,8 @@ TEST_P(Fp8ProbeOracle, CountsExactAndErrorsMatchFloat64) {
   base[3][3] = 1e30f;
   auto t = base.to(c.dtype);
   for (const auto& view : {t, t.t(), t.slice(1, 0, 515, 3)}) {
-    sentinel::TensorStats stats, plain;
-    Fp8ProbeResult probe;
-    ASSERT_TRUE(sentinel::stats::compute_with_fp8_probe(view, c.scale, c.format, stats, probe));
-    sentinel::stats::compute(view, plain);
-    EXPECT_EQ(stats.count, plain.count);
-    EXPECT_EQ(stats.nan, plain.nan);
-    EXPECT_EQ(stats.pos_inf, plain.pos_inf);
-    EXPECT_EQ(stats.zeros, plain.zeros);
-    EXPECT_EQ(stats.subnormal, plain.subnormal);
-    EXPECT_EQ(stats.abs_max, plain.abs_max);
-    const Oracle o = oracle(view, c.scale, c.format);
-    EXPECT_EQ(probe.count, o.count);
-    EXPECT_EQ(probe.overflow, o.overflow);
-    EXPECT_EQ(probe.underflow, o.underflow);
+    const Oracle o = expect_matches_oracle(view, c.scale, c.format);
     EXPECT_GT(o.overflow + o.underflow, 0);  // the case exercises both
-    EXPECT_NEAR(probe.mse(), o.se / o.count, 1e-4 * o.se / o.count);
-    EXPECT_NEAR(probe.cosine(), o.xq / std::sqrt(o.xx * o.qq), 1e-6);
-    EXPECT_NEAR(probe.sqnr_db(), 10 * std::log10(o.xx / o.se), 1e-3);
   }
 }
 
@@ -117,6 +126,39 @@ TEST(Fp8Probe, TensorsTheStatisticsCannotReadAreNotProbed) {
   EXPECT_FALSE(sentinel::stats::compute_with_fp8_probe(torch::tensor({1, 2}), 1.0f, Format::E4M3, s, p));
   EXPECT_FALSE(sentinel::stats::compute_with_fp8_probe(torch::ones({0}), 1.0f, Format::E4M3, s, p));
   EXPECT_EQ(p.count, 0);
+}
+
+// Overflow and underflow are counted by comparing |x| with two thresholds found once per
+// (scale, format): each must sit exactly on the cast's boundary, for scales that are not powers
+// of two (where x * scale rounds in float before the cast does).
+TEST(Fp8Probe, ThresholdsSitExactlyOnTheCastsBoundaries) {
+  for (Format f : {Format::E4M3, Format::E5M2}) {
+    for (float scale : {1.0f, 448.0f / 3.0f, 0.7f, 1.0f / 3.0f, 57344.0f / 1e-3f, 3e-30f}) {
+      const auto p = sentinel::stats::make_fp8_probe_params(scale, f);
+      auto cast = [&](float x, bool saturate) {
+        return sentinel::fp8::decode(sentinel::fp8::encode(x * scale, f, saturate), f);
+      };
+      const float above = p.overflow_above, below = p.underflow_below;
+      EXPECT_TRUE(std::isfinite(cast(above, false))) << scale;
+      if (above < std::numeric_limits<float>::max()) {
+        EXPECT_FALSE(std::isfinite(cast(std::nextafter(above, INFINITY), false))) << scale;
+      }
+      EXPECT_NE(cast(below, true), 0.0f) << scale;
+      EXPECT_EQ(cast(std::nextafter(below, 0.0f), true), 0.0f) << scale;
+    }
+  }
+}
+
+// Chunks whose scaled squares leave float's range take the exact double path: values so large
+// that their squares overflow float, and values so small that theirs underflow it.
+TEST(Fp8Probe, HugeAndTinyChunksMatchTheOracle) {
+  torch::manual_seed(5);
+  auto base = torch::randn({3 * 4096 + 77});
+  expect_matches_oracle(base * 1e25, 1.0f, Format::E4M3);
+  expect_matches_oracle(base * 1e-20, 1.0f, Format::E5M2);
+  expect_matches_oracle(base * 1e-20, 1e15f, Format::E4M3);  // scaled into range: the fast path
+  const Oracle o = expect_matches_oracle(base.abs() + 500.0f, 1.0f, Format::E4M3);  // every element overflows
+  EXPECT_EQ(o.overflow, o.count);
 }
 
 }  // namespace

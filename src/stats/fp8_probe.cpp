@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "stats/fp8_probe_math.h"
 #include "stats/simd_kernels.h"
 #include "stats/tensor_stats.h"
 #include "stats/tensor_walk.h"
@@ -27,218 +28,203 @@ namespace {
 
 using namespace kernels;
 
-struct FormatConstants {
-  float max;
-  float min_normal;
-  float min_subnormal;
-  float inv_min_subnormal;
-  int drop_bits;  // float32 mantissa bits the format does not keep
-};
+// Below this scaled abs max, the squares of a chunk's smaller values underflow float lanes.
+constexpr double kTinyForFloatSums = 1e-12;
+constexpr int64_t kChunk = 4096;
 
-FormatConstants constants(fp8::Format f) {
-  return {fp8::max_value(f), fp8::min_normal(f), fp8::min_subnormal(f), 1.0f / fp8::min_subnormal(f),
-          f == fp8::Format::E4M3 ? 20 : 21};
-}
-
-// 1.5 * 2^23: adding and subtracting it rounds a float below 2^22 to an integer, ties to even.
-constexpr float kRintMagic = 12582912.0f;
-
-// |v| rounded to the format, before saturation. Subnormal range: a multiple of the smallest
-// subnormal; normal range: the float's mantissa rounded to the format's bits, ties to even
-// (carry into the exponent is the correct result). Inf and values rounding past the largest
-// exponent come out above max (or NaN), which the caller counts as overflow.
-float round_abs(float a, const FormatConstants& c) {
-  if (a < c.min_normal) return ((a * c.inv_min_subnormal + kRintMagic) - kRintMagic) * c.min_subnormal;
-  uint32_t bits;
-  std::memcpy(&bits, &a, sizeof bits);
-  bits += (1u << (c.drop_bits - 1)) - 1 + ((bits >> c.drop_bits) & 1);
-  bits &= ~((1u << c.drop_bits) - 1);
-  float r;
-  std::memcpy(&r, &bits, sizeof r);
-  return r;
-}
-
+// A chunk's underflow count and sums (scaled domain).
 struct ProbeSums {
-  uint32_t overflow = 0, underflow = 0, count = 0;
-  double sum_sq_error = 0, sum_x_q = 0, sum_x_sq = 0, sum_q_sq = 0;
+  uint32_t underflow = 0;
+  double sum_sq_error = 0, sum_a_q = 0, sum_q_sq = 0;
 };
 
-// One chunk (n <= 4096). The cast is computed in float, as the cast itself is. Sums run in float
-// lanes over sub-blocks of 256 elements and are added in double after each, which keeps them
-// accurate; `huge` (the chunk holds values whose square overflows float) takes double lanes.
-// `clean` (the statistics found no inf/nan in the chunk) skips the masking of non-finite values.
-template <bool kClean, bool kHuge>
-__attribute__((target_clones("avx2", "default"))) void probe_chunk_impl(const float* p, int64_t n, float scale,
-                                                                        const FormatConstants& c, ProbeSums& out) {
-  typedef float V __attribute__((vector_size(32)));
-  typedef int32_t M __attribute__((vector_size(32)));
-  typedef double D __attribute__((vector_size(32)));
-  constexpr int L = 8;
+// The statistics and the probe of one chunk (n <= kChunk) in a single loop, from registers.
+// Per vector the probe adds: a comparison for underflow, a multiply by the scale, the cast as a
+// magic-number add and subtract, the saturation, and three multiply-adds (fused in the x86-64
+// v3/v4 clones: this file is built with contraction on; the scale's product has other uses, so
+// it is never fused into the rounding add). 16 lanes: one AVX-512 register, two AVX2 ones.
+// Returns false when a sum is not finite - an inf or NaN in the chunk, or a value whose square
+// overflows float - and the caller takes the exact path. Overflow is counted by the caller,
+// only in chunks whose abs max calls for it.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bool stats_and_probe_lanes(
+    const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
+    ProbeSums& out) {
+  typedef float V __attribute__((vector_size(64)));
+  typedef int32_t M __attribute__((vector_size(64)));
+  typedef double D __attribute__((vector_size(64)));
+  constexpr int L = 16;
   constexpr int64_t kSubBlock = 256;
-  const V vscale = V{} + scale, vinv = V{} + 1.0f / scale, vmax = V{} + c.max;
-  const V vfmax = V{} + std::numeric_limits<float>::max();
-  const V vmin_normal = V{} + c.min_normal, vinv_sub = V{} + c.inv_min_subnormal, vsub = V{} + c.min_subnormal;
-  const V magic = V{} + kRintMagic, zero = V{};
-  const M abs_mask = M{} + 0x7fffffff;
-  const M drop_half = M{} + ((1 << (c.drop_bits - 1)) - 1), keep_mask = M{} + ~((1 << (c.drop_bits - 1) << 1) - 1);
-  M ovf = M{}, unf = M{}, cnt = M{};
-  D dse = D{}, dxq = D{}, dxx = D{}, dqq = D{};
+  // Each sub-block's float lanes are widened and added into double lanes.
+  // (By reference: passing a 64-byte vector by value would change the ABI between clones.)
+  auto add_widened = [](D& sum, const V& v) {
+    sum += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D) +
+           __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D);
+  };
+  D dse = D{}, daq = D{}, dqq = D{};
+  const V vscale = V{} + c.scale, vmax = V{} + c.max, vfloor = V{} + c.magic_floor, vbelow = V{} + c.underflow_below;
+  const V vmin_normal = V{} + min_normal, zero = V{};
+  const M abs_mask = M{} + 0x7fffffff, exp_mask = M{} + 0x7f800000, offset = M{} + static_cast<int32_t>(c.magic_offset);
+  V mn = V{} + std::numeric_limits<float>::infinity(), mx = V{};
+  M below = M{}, small = M{}, zeros = M{};
   int64_t i = 0;
   while (i + L <= n) {
     const int64_t end = std::min(n - (n - i) % L, i + kSubBlock);
-    V se = V{}, sxq = V{}, sxx = V{}, sqq = V{};
+    V se = V{}, aq = V{}, qq = V{};
     for (; i < end; i += L) {
-      // Magnitudes throughout: the cast keeps the sign (or gives zero), so the error, the
-      // products and the counts are the same for |x| as for x.
       M xbits;
       std::memcpy(&xbits, p + i, sizeof xbits);
       xbits &= abs_mask;
-      V x;
-      std::memcpy(&x, &xbits, sizeof x);
-      M finite = M{} - 1;
-      if constexpr (!kClean) {
-        finite = (x <= vfmax);
-        x = finite ? x : zero;  // non-finite elements are the statistics' business, not the probe's
-      }
-      const V a = x * vscale;
+      V ax;
+      std::memcpy(&ax, &xbits, sizeof ax);
+      mn = ax < mn ? ax : mn;
+      mx = ax > mx ? ax : mx;
+      small -= (ax < vmin_normal);  // zeros and subnormals
+      zeros -= (ax == zero);
+      below -= (ax < vbelow);
+      const V a = ax * vscale;
       M abits;
       std::memcpy(&abits, &a, sizeof abits);
-      const V sub = ((a * vinv_sub + magic) - magic) * vsub;
-      const M nbits = (abits + drop_half + ((abits >> c.drop_bits) & 1)) & keep_mask;
-      V nor;
-      std::memcpy(&nor, &nbits, sizeof nor);
-      V q = a < vmin_normal ? sub : nor;
-      const M over = ~(q <= vmax);  // above max, inf or NaN: the saturating cast gives max
-      q = q < vmax ? q : vmax;      // (NaN, from inf, compares false: max)
-      const V qx = q * vinv;
-      ovf -= over & finite;
-      unf -= (x != zero) & (q == zero);
-      cnt -= finite;
-      if constexpr (kHuge) {
-        const D xs[2] = {__builtin_convertvector(__builtin_shufflevector(x, x, 0, 1, 2, 3), D),
-                         __builtin_convertvector(__builtin_shufflevector(x, x, 4, 5, 6, 7), D)};
-        const D qs[2] = {__builtin_convertvector(__builtin_shufflevector(qx, qx, 0, 1, 2, 3), D),
-                         __builtin_convertvector(__builtin_shufflevector(qx, qx, 4, 5, 6, 7), D)};
-        for (int h = 0; h < 2; ++h) {
-          const D err = xs[h] - qs[h];
-          dse += err * err;
-          dxq += xs[h] * qs[h];
-          dxx += xs[h] * xs[h];
-          dqq += qs[h] * qs[h];
-        }
-      } else {
-        const V err = x - qx;
-        se += err * err;
-        sxq += x * qx;
-        sxx += x * x;
-        sqq += qx * qx;
-      }
+      const M mbits = (abits & exp_mask) + offset;
+      V magic;
+      std::memcpy(&magic, &mbits, sizeof magic);
+      magic = magic > vfloor ? magic : vfloor;
+      const V q0 = (a + magic) - magic;
+      const V q = q0 < vmax ? q0 : vmax;  // NaN (from the largest values): max
+      const V err = a - q;
+      se += err * err;
+      aq += a * q;
+      qq += q * q;
     }
-    if constexpr (!kHuge) {
-      for (int l = 0; l < L; ++l) {
-        out.sum_sq_error += se[l];
-        out.sum_x_q += sxq[l];
-        out.sum_x_sq += sxx[l];
-        out.sum_q_sq += sqq[l];
-      }
-    }
+    add_widened(dse, se);
+    add_widened(daq, aq);
+    add_widened(dqq, qq);
   }
-  for (int l = 0; l < L; ++l) {
-    out.overflow += static_cast<uint32_t>(ovf[l]);
-    out.underflow += static_cast<uint32_t>(unf[l]);
-    out.count += static_cast<uint32_t>(cnt[l]);
-  }
-  for (int l = 0; l < 4; ++l) {
+  for (int l = 0; l < L / 2; ++l) {
     out.sum_sq_error += dse[l];
-    out.sum_x_q += dxq[l];
-    out.sum_x_sq += dxx[l];
+    out.sum_a_q += daq[l];
     out.sum_q_sq += dqq[l];
   }
-  for (; i < n; ++i) {
-    const float x = p[i];
-    if (!(std::fabs(x) <= std::numeric_limits<float>::max())) continue;
-    bool over = false;
-    const float qx = fp8_quantize_dequantize(x, scale, c.max == 448.0f ? fp8::Format::E4M3 : fp8::Format::E5M2, over);
-    out.overflow += over;
-    out.underflow += (x != 0) & (qx == 0);
-    out.count += 1;
-    const double xd = x, qd = qx;
-    out.sum_sq_error += (xd - qd) * (xd - qd);
-    out.sum_x_q += xd * qd;
-    out.sum_x_sq += xd * xd;
-    out.sum_q_sq += qd * qd;
+  const bool finite = std::isfinite(out.sum_sq_error + out.sum_a_q + out.sum_q_sq);
+  AbsStatsAccumulator<float> lanes(std::numeric_limits<float>::infinity());
+  for (int l = 0; l < L; ++l) {
+    lanes.abs_min = mn[l] < lanes.abs_min ? mn[l] : lanes.abs_min;
+    lanes.abs_max = mx[l] > lanes.abs_max ? mx[l] : lanes.abs_max;
+    lanes.zeros += static_cast<uint32_t>(zeros[l]);
+    lanes.subnormal += static_cast<uint32_t>(small[l] - zeros[l]);
+    out.underflow += static_cast<uint32_t>(below[l] - zeros[l]);  // the lanes' below includes zeros
   }
+  Fp8ProbeAccumulator<double> tail;
+  for (; i < n; ++i) {
+    lanes.reduce(p[i], std::numeric_limits<float>::infinity(), min_normal);
+    tail.reduce(p[i], c);
+  }
+  if (!finite || lanes.nan + lanes.inf > 0) return false;
+  acc.combine(lanes);
+  out.underflow += tail.underflow;
+  out.sum_sq_error += tail.sum_sq_error;
+  out.sum_a_q += tail.sum_a_q;
+  out.sum_q_sq += tail.sum_q_sq;
+  return true;
 }
 
-// Squares of values above this overflow float (sums of 256 of them: a margin of 2^8).
-constexpr double kHugeForFloatSums = 1e18;
-
-void probe_chunk(const float* p, int64_t n, float scale, const FormatConstants& c, bool clean, double abs_max,
-                 ProbeSums& out) {
-  const bool huge = !(abs_max < kHugeForFloatSums) || !(abs_max * scale < kHugeForFloatSums);
-  if (clean && !huge) probe_chunk_impl<true, false>(p, n, scale, c, out);
-  else if (!huge) probe_chunk_impl<false, false>(p, n, scale, c, out);
-  else probe_chunk_impl<false, true>(p, n, scale, c, out);
+// Adds a chunk's sums (scaled domain) to the result (x domain). The sum of squares follows from
+// sum a^2 = sum (a - q)^2 + sum q (2a - q), whose every term is >= 0 (q <= 2a), so nothing
+// cancels: the difference of the two sums loses at most a factor of two of their precision.
+void add_scaled(double se, double aq, double qq, float scale, Fp8ProbeResult& r) {
+  const double inv_sq = 1.0 / (static_cast<double>(scale) * scale);
+  r.sum_sq_error += se * inv_sq;
+  r.sum_x_q += aq * inv_sq;
+  r.sum_q_sq += qq * inv_sq;
+  r.sum_x_sq += (se + 2 * aq - qq) * inv_sq;
 }
 
-void add(const ProbeSums& s, Fp8ProbeResult& r) {
-  r.count += s.count;
-  r.overflow += s.overflow;
-  r.underflow += s.underflow;
-  r.sum_sq_error += s.sum_sq_error;
-  r.sum_x_q += s.sum_x_q;
-  r.sum_x_sq += s.sum_x_sq;
-  r.sum_q_sq += s.sum_q_sq;
+// Elements above the overflow threshold: a second look, only at chunks whose abs max is above it.
+__attribute__((target_clones("arch=x86-64-v3", "default"))) uint32_t count_above(const float* p, int64_t n,
+                                                                                float threshold) {
+  uint32_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += std::fabs(p[i]) > threshold;
+  return count;
 }
 
-constexpr int64_t kChunk = 4096;
+// Statistics and probe of one chunk of float values: the fused loop, or, for the rare chunk it
+// declines, the statistics' own kernel and the probe's scalar accumulator in double.
+void float_chunk(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
+                 Fp8ProbeResult& r) {
+  ProbeSums sums;
+  AbsStatsAccumulator<float> lanes(std::numeric_limits<float>::infinity());
+  if (stats_and_probe_lanes(p, n, min_normal, c, lanes, sums) &&
+      !(static_cast<double>(lanes.abs_max) * c.scale < kTinyForFloatSums)) {
+    acc.combine(lanes);
+    r.count += n;
+    r.underflow += sums.underflow;
+    if (lanes.abs_max > c.overflow_above) r.overflow += count_above(p, n, c.overflow_above);
+    add_scaled(sums.sum_sq_error, sums.sum_a_q, sums.sum_q_sq, c.scale, r);
+    return;
+  }
+  reduce_contiguous<float>(p, n, min_normal, acc);
+  Fp8ProbeAccumulator<double> exact;
+  for (int64_t i = 0; i < n; ++i) exact.reduce(p[i], c);
+  r.count += exact.count;
+  r.overflow += exact.overflow;
+  r.underflow += exact.underflow;
+  add_scaled(exact.sum_sq_error, exact.sum_a_q, exact.sum_q_sq, c.scale, r);
+}
 
-// Statistics then probe on each chunk while it is in L1: one read of the tensor from memory.
+// One read of the tensor from memory: each chunk is read (or widened into a buffer) once.
+// float64 keeps its statistics in double and probes a float copy, as the cast sees it.
 template <typename T>
-void fused_run(const T* p, int64_t n, int64_t stride, float scale, const FormatConstants& c, TensorStats& stats,
+void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, TensorStats& stats,
                Fp8ProbeResult& probe) {
-  using acc_t = typename Widen<T>::acc_t;
-  const acc_t inf = std::numeric_limits<acc_t>::infinity();
-  const acc_t min_normal = static_cast<acc_t>(smallest_normal<T>());
-  acc_t wide[kChunk];
-  float narrow[kChunk];
+  float buffer[kChunk];
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t len = std::min(kChunk, n - start);
     const T* q = p + start * stride;
-    const acc_t* values = nullptr;
-    if constexpr (std::is_same_v<T, acc_t>) {
-      if (stride == 1) values = q;
-    }
-    if (!values) {
-      for (int64_t i = 0; i < len; ++i) wide[i] = Widen<T>::get(q[i * stride]);
-      values = wide;
-    }
-    AbsStatsAccumulator<acc_t> acc(inf);
-    reduce_contiguous<acc_t>(values, len, min_normal, acc);
-    acc.project(len, stats);
-    const bool clean = acc.nan == 0 && acc.inf == 0;
-    const float* as_float;
-    if constexpr (std::is_same_v<acc_t, float>) {
-      as_float = values;
+    if constexpr (std::is_same_v<T, double>) {
+      AbsStatsAccumulator<double> acc(std::numeric_limits<double>::infinity());
+      for (int64_t i = 0; i < len; ++i) buffer[i] = static_cast<float>(q[i * stride]);
+      if (stride == 1) {
+        reduce_contiguous<double>(q, len, std::numeric_limits<double>::min(), acc);
+      } else {
+        for (int64_t i = 0; i < len; ++i) acc.reduce(q[i * stride], std::numeric_limits<double>::infinity(), std::numeric_limits<double>::min());
+      }
+      acc.project(len, stats);
+      AbsStatsAccumulator<float> narrowed(std::numeric_limits<float>::infinity());
+      float_chunk(buffer, len, std::numeric_limits<float>::min(), c, narrowed, probe);
     } else {
-      for (int64_t i = 0; i < len; ++i) narrow[i] = static_cast<float>(values[i]);
-      as_float = narrow;
+      const float* values = buffer;
+      if constexpr (std::is_same_v<T, float>) {
+        if (stride == 1) values = q;
+      }
+      if (values == buffer) {
+        for (int64_t i = 0; i < len; ++i) buffer[i] = Widen<T>::get(q[i * stride]);
+      }
+      AbsStatsAccumulator<float> acc(std::numeric_limits<float>::infinity());
+      float_chunk(values, len, static_cast<float>(smallest_normal<T>()), c, acc, probe);
+      acc.project(len, stats);
     }
-    ProbeSums sums;
-    probe_chunk(as_float, len, scale, c, clean, static_cast<double>(acc.abs_max), sums);
-    add(sums, probe);
   }
+}
+
+// Probes of one slot run with the same scale until its history moves: the thresholds' searches
+// (about 60 roundings) are made once per (scale, format) on each thread.
+const Fp8ProbeParams& cached_params(float scale, fp8::Format format) {
+  thread_local Fp8ProbeParams params = make_fp8_probe_params(1.0f, fp8::Format::E4M3);
+  thread_local fp8::Format params_format = fp8::Format::E4M3;
+  if (!(params.scale == scale) || params_format != format) {
+    params = make_fp8_probe_params(scale, format);
+    params_format = format;
+  }
+  return params;
 }
 
 }  // namespace
 
 float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& overflow) {
-  const FormatConstants c = constants(format);
+  const Fp8ProbeParams& c = cached_params(scale, format);
   const float v = x * scale;
-  float q = round_abs(std::fabs(v), c);
-  overflow = !(q <= c.max);
-  if (overflow) q = c.max;
-  return std::copysign(q, v) * (1.0f / scale);
+  const float rounded = fp8_round_scaled(std::fabs(v), c);
+  overflow = !(rounded <= c.max);
+  return std::copysign(fp8_saturate(rounded, c.max), v) * (1.0f / scale);
 }
 
 bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
@@ -253,20 +239,20 @@ bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format
   }
   if (readability) *readability = Readability::Read;
   stats = TensorStats{};
-  const FormatConstants c = constants(format);
+  const Fp8ProbeParams c = cached_params(scale, format);
   switch (dtype) {
     case c10::kFloat:
-      for_each_run<float>(t, [&](const float* p, int64_t n, int64_t s) { fused_run(p, n, s, scale, c, stats, probe); });
+      for_each_run<float>(t, [&](const float* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe); });
       break;
     case c10::kDouble:
-      for_each_run<double>(t, [&](const double* p, int64_t n, int64_t s) { fused_run(p, n, s, scale, c, stats, probe); });
+      for_each_run<double>(t, [&](const double* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe); });
       break;
     case c10::kHalf:
-      for_each_run<c10::Half>(t, [&](const c10::Half* p, int64_t n, int64_t s) { fused_run(p, n, s, scale, c, stats, probe); });
+      for_each_run<c10::Half>(t, [&](const c10::Half* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe); });
       break;
     default:
       for_each_run<c10::BFloat16>(t, [&](const c10::BFloat16* p, int64_t n, int64_t s) {
-        fused_run(p, n, s, scale, c, stats, probe);
+        fused_run(p, n, s, c, stats, probe);
       });
       break;
   }

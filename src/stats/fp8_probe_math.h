@@ -1,0 +1,109 @@
+#pragma once
+// The FP8 probe's arithmetic for one element, written once for the CPU and, under nvcc, for the
+// GPU. Definitions (docs/fp8.md): a = |x| * scale in float32, as the cast sees it; q = the
+// saturating round-to-nearest-even cast of a; overflow when a rounds above the format's max;
+// underflow when x != 0 and q == 0. Sums are kept in the scaled domain (a and q) and divided by
+// scale^2 once per block.
+#include <sentinel/fp8.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "stats/stats_accumulator.h"
+
+namespace sentinel {
+namespace stats {
+
+struct Fp8ProbeParams {
+  float scale = 1.0f;
+  float max = 448.0f;       // largest finite value of the format
+  float magic_floor = 0;    // min_subnormal * 2^23: the rounding magic of the subnormal range
+  uint32_t magic_offset = 0;  // (23 - mantissa bits) << 23: a's exponent bits plus this is its binade's magic
+  // Rounding is monotonic in |x|, so each count is one comparison: |x| > overflow_above
+  // overflows, 0 < |x| < underflow_below flushes to zero. Found once per (scale, format).
+  float overflow_above = FLT_MAX;
+  float underflow_below = 0;
+};
+
+// a (finite, >= 0) rounded to the format's grid, before saturation. Adding a magic number M
+// whose ulp is the format's quantum at a rounds a to that quantum, ties to even, in one float
+// addition; subtracting M gives the rounded value exactly. The quantum is 2^(e - mantissa bits)
+// in a normal binade [2^e, 2^(e+1)) and the smallest subnormal below the smallest normal, hence
+// the max with magic_floor. Values too large for their magic come out above max (or NaN), which
+// saturation turns into max.
+SENTINEL_HOST_DEVICE inline float fp8_round_scaled(float a, const Fp8ProbeParams& p) {
+  float magic = fp8::detail::bits_to_float((fp8::detail::float_to_bits(a) & fp8::detail::kFloatInfBits) + p.magic_offset);
+  magic = magic > p.magic_floor ? magic : p.magic_floor;
+  return (a + magic) - magic;
+}
+
+SENTINEL_HOST_DEVICE inline float fp8_saturate(float q, float max) { return q < max ? q : max; }  // NaN: max
+
+// Sums in the scaled domain; sum_t is double where the squares could leave float's range.
+template <typename sum_t>
+struct Fp8ProbeAccumulator {
+  uint32_t count = 0, overflow = 0, underflow = 0;
+  sum_t sum_sq_error = 0, sum_a_q = 0, sum_q_sq = 0;
+
+  SENTINEL_HOST_DEVICE void reduce(float x, const Fp8ProbeParams& p) {
+    const float ax = abs_value(x);
+    if (!(ax <= FLT_MAX)) return;  // inf and NaN are the statistics' business
+    ++count;
+    overflow += ax > p.overflow_above;
+    underflow += (ax < p.underflow_below) & (ax != 0);
+    const float q = fp8_saturate(fp8_round_scaled(ax * p.scale, p), p.max);
+    // The error against the exact |x| * scale (a float product is exact in double).
+    const sum_t a = static_cast<sum_t>(ax) * static_cast<sum_t>(p.scale);
+    const sum_t err = a - static_cast<sum_t>(q);
+    sum_sq_error += err * err;
+    sum_a_q += a * static_cast<sum_t>(q);
+    sum_q_sq += static_cast<sum_t>(q) * static_cast<sum_t>(q);
+  }
+
+  SENTINEL_HOST_DEVICE void combine(const Fp8ProbeAccumulator& o) {
+    count += o.count;
+    overflow += o.overflow;
+    underflow += o.underflow;
+    sum_sq_error += o.sum_sq_error;
+    sum_a_q += o.sum_a_q;
+    sum_q_sq += o.sum_q_sq;
+  }
+};
+
+// Host side: the constants and both thresholds for a (scale, format), each threshold by a binary
+// search over float bit patterns (rounding |x| * scale is monotonic in |x|).
+inline Fp8ProbeParams make_fp8_probe_params(float scale, fp8::Format f) {
+  Fp8ProbeParams p;
+  p.scale = scale;
+  p.max = fp8::max_value(f);
+  p.magic_floor = fp8::min_subnormal(f) * 8388608.0f;  // * 2^23
+  p.magic_offset = static_cast<uint32_t>(23 - (f == fp8::Format::E4M3 ? 3 : 2)) << 23;
+  auto rounded = [&](uint32_t bits) { return fp8_round_scaled(fp8::detail::bits_to_float(bits) * scale, p); };
+  auto fits = [&](uint32_t bits) { return rounded(bits) <= p.max; };  // false for NaN
+  constexpr uint32_t kMaxFiniteBits = 0x7F7FFFFFu;
+  if (fits(kMaxFiniteBits)) {
+    p.overflow_above = FLT_MAX;
+  } else {
+    uint32_t lo = 0, hi = kMaxFiniteBits;  // fits(lo), !fits(hi)
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      (fits(mid) ? lo : hi) = mid;
+    }
+    p.overflow_above = fp8::detail::bits_to_float(lo);
+  }
+  auto flushes = [&](uint32_t bits) { return rounded(bits) == 0.0f; };
+  if (flushes(kMaxFiniteBits)) {
+    p.underflow_below = fp8::detail::bits_to_float(fp8::detail::kFloatInfBits);
+  } else {
+    uint32_t lo = 0, hi = kMaxFiniteBits;  // flushes(lo), !flushes(hi)
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      (flushes(mid) ? lo : hi) = mid;
+    }
+    p.underflow_below = fp8::detail::bits_to_float(hi);
+  }
+  return p;
+}
+
+}  // namespace stats
+}  // namespace sentinel

@@ -19,6 +19,14 @@ double Fp8ProbeResult::cosine() const {
   return sum_x_q / std::sqrt(sum_x_sq * sum_q_sq);
 }
 
+void Fp8ProbeResult::add_scaled_sums(double sq_error, double a_q, double q_sq, float scale) {
+  const double inv_sq = 1.0 / (static_cast<double>(scale) * scale);
+  sum_sq_error += sq_error * inv_sq;
+  sum_x_q += a_q * inv_sq;
+  sum_q_sq += q_sq * inv_sq;
+  sum_x_sq += (sq_error + 2 * a_q - q_sq) * inv_sq;
+}
+
 double Fp8ProbeResult::sqnr_db() const {
   if (sum_sq_error == 0) return std::numeric_limits<double>::infinity();
   return 10.0 * std::log10(sum_x_sq / sum_sq_error);
@@ -127,17 +135,6 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bo
   return true;
 }
 
-// Adds a chunk's sums (scaled domain) to the result (x domain). The sum of squares follows from
-// sum a^2 = sum (a - q)^2 + sum q (2a - q), whose every term is >= 0 (q <= 2a), so nothing
-// cancels: the difference of the two sums loses at most a factor of two of their precision.
-void add_scaled(double se, double aq, double qq, float scale, Fp8ProbeResult& r) {
-  const double inv_sq = 1.0 / (static_cast<double>(scale) * scale);
-  r.sum_sq_error += se * inv_sq;
-  r.sum_x_q += aq * inv_sq;
-  r.sum_q_sq += qq * inv_sq;
-  r.sum_x_sq += (se + 2 * aq - qq) * inv_sq;
-}
-
 // Elements above the overflow threshold: a second look, only at chunks whose abs max is above it.
 __attribute__((target_clones("arch=x86-64-v3", "default"))) uint32_t count_above(const float* p, int64_t n,
                                                                                 float threshold) {
@@ -158,7 +155,7 @@ void float_chunk(const float* p, int64_t n, float min_normal, const Fp8ProbePara
     r.count += n;
     r.underflow += sums.underflow;
     if (lanes.abs_max > c.overflow_above) r.overflow += count_above(p, n, c.overflow_above);
-    add_scaled(sums.sum_sq_error, sums.sum_a_q, sums.sum_q_sq, c.scale, r);
+    r.add_scaled_sums(sums.sum_sq_error, sums.sum_a_q, sums.sum_q_sq, c.scale);
     return;
   }
   reduce_contiguous<float>(p, n, min_normal, acc);
@@ -167,7 +164,7 @@ void float_chunk(const float* p, int64_t n, float min_normal, const Fp8ProbePara
   r.count += exact.count;
   r.overflow += exact.overflow;
   r.underflow += exact.underflow;
-  add_scaled(exact.sum_sq_error, exact.sum_a_q, exact.sum_q_sq, c.scale, r);
+  r.add_scaled_sums(exact.sum_sq_error, exact.sum_a_q, exact.sum_q_sq, c.scale);
 }
 
 // One read of the tensor from memory: each chunk is read (or widened into a buffer) once.

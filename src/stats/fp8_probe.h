@@ -5,6 +5,7 @@
 #include <sentinel/fp8.h>
 #include <sentinel/stats.h>
 
+#include "stats/fp8_probe_result.h"
 #include "stats/tensor_stats.h"
 
 #include <cstdint>
@@ -15,20 +16,6 @@ class Tensor;
 
 namespace sentinel {
 namespace stats {
-
-struct Fp8ProbeResult {
-  int64_t count = 0;      // finite elements probed (non-finite ones are counted by TensorStats)
-  int64_t overflow = 0;   // |x * scale| rounds above the format's max (saturated by the cast)
-  int64_t underflow = 0;  // non-zero elements whose cast is zero
-  double sum_sq_error = 0;   // sum (x - q/scale)^2
-  double sum_x_q = 0;        // sum x * q/scale
-  double sum_x_sq = 0;       // sum x^2
-  double sum_q_sq = 0;       // sum (q/scale)^2
-
-  double mse() const { return count ? sum_sq_error / count : 0.0; }
-  double cosine() const;      // 1 when both are zero
-  double sqnr_db() const;     // +inf when the cast is exact
-};
 
 // One read of `t` (float32/float64/float16/bfloat16, any dense or strided layout) fills both.
 // Returns false (and leaves `probe` empty) for tensors the statistics pass cannot read.

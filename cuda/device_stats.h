@@ -1,0 +1,71 @@
+#pragma once
+// Statistics on the GPU: the statistics pass and the FP8 probe as one CUDA reduction that
+// writes its result into a slot of a device-side ring. Host API: no CUDA headers here (a stream
+// is passed as void*, a cudaStream_t), so plain C++ files and tests can include it.
+#include <sentinel/stats.h>
+
+#include <cstdint>
+#include <string>
+
+#include "stats/fp8_probe_result.h"
+#include "stats/fp8_probe_math.h"
+
+namespace sentinel {
+namespace cuda {
+
+enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kFloat8E4M3, kFloat8E5M2 };
+const char* dtype_name(DType d);
+int dtype_size(DType d);
+
+// One result as the kernel leaves it in device memory. All-zero bytes mean "nothing reduced",
+// so a slot is reset by a memset node (legal under CUDA graph capture). Magnitudes are kept as
+// float bits, which order as unsigned integers for non-negative floats: the maximum by
+// atomicMax, the minimum by atomicMax on the complemented bits (zero then means +inf).
+struct DeviceSlot {
+  unsigned long long count, nan, pos_inf, neg_inf, zeros, subnormal;
+  unsigned int abs_max_bits, abs_min_complement;
+  unsigned long long probe_count, overflow, underflow;
+  double sum_sq_error, sum_a_q, sum_q_sq;  // scaled domain, as Fp8ProbeAccumulator
+};
+
+// Host side: a slot as the CPU pass reports it.
+TensorStats decode_stats(const DeviceSlot& slot);
+stats::Fp8ProbeResult decode_probe(const DeviceSlot& slot, float scale);
+
+// Whether kernels can run here; `why` says why not (no driver, no device).
+bool device_available(std::string* why = nullptr);
+
+// The validating entry: checks the arguments (throws sentinel::InputError naming what was
+// wrong), then resets `slot` and launches the reduction on `stream`, with no allocation and no
+// synchronisation. `probe` (optional) adds the FP8 probe under those parameters (float32,
+// float16 and bfloat16 tensors only). Launch errors are checked and thrown as sentinel::Error.
+void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* slot,
+                      const stats::Fp8ProbeParams* probe, void* stream);
+
+// A fixed ring of result slots in device memory, with a pinned host mirror for read-back.
+// Allocates only when made; reading back is one asynchronous copy and one event.
+class DeviceRing {
+ public:
+  DeviceRing(int64_t capacity, int device);
+  ~DeviceRing();
+  DeviceRing(const DeviceRing&) = delete;
+  DeviceRing& operator=(const DeviceRing&) = delete;
+
+  int64_t capacity() const { return capacity_; }
+  DeviceSlot* device_slot(int64_t index) const;  // index modulo capacity
+  // Copies slots [first, first + count) (modulo capacity) back on `stream` and records an event.
+  void copy_back_async(int64_t first, int64_t count, void* stream);
+  // Waits for the last copy-back (the only host synchronisation) and gives its slots.
+  const DeviceSlot& wait_and_read(int64_t index);
+
+ private:
+  int64_t capacity_;
+  int device_;
+  DeviceSlot* slots_ = nullptr;  // device memory
+  DeviceSlot* host_ = nullptr;   // pinned mirror
+  void* event_ = nullptr;
+  bool pending_ = false;
+};
+
+}  // namespace cuda
+}  // namespace sentinel

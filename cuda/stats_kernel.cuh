@@ -1,0 +1,142 @@
+#pragma once
+// The __global__ reduction: each thread folds its elements into the same accumulators as the
+// CPU pass (src/stats/stats_accumulator.h, src/stats/fp8_probe_math.h), warps and then the
+// block combine them, and one thread per block folds the block's result into the slot with
+// atomics. Private to cuda/.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/slot_merge.h"
+
+namespace sentinel {
+namespace cuda {
+namespace kernel {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// Storage type of each dtype and its widening to float.
+struct Float32 {
+  using storage = float;
+  static __device__ float get(float v) { return v; }
+};
+struct Float16 {
+  using storage = __half;
+  static __device__ float get(__half v) { return __half2float(v); }
+};
+struct BFloat16 {
+  using storage = __nv_bfloat16;
+  static __device__ float get(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+template <fp8::Format F>
+struct Float8 {
+  using storage = uint8_t;
+  static __device__ float get(uint8_t v) { return fp8::decode(v, F); }
+};
+
+// A warp's or block's partial result, as plain fields (shared memory holds no constructors).
+struct Partial {
+  float abs_min, abs_max;
+  unsigned int nan, inf, pos_inf, zeros, subnormal;
+  unsigned int probe_count, overflow, underflow;
+  double sum_sq_error, sum_a_q, sum_q_sq;
+};
+
+__device__ inline Partial to_partial(const stats::AbsStatsAccumulator<float>& a,
+                                     const stats::Fp8ProbeAccumulator<double>& p) {
+  return Partial{a.abs_min, a.abs_max, a.nan, a.inf, a.pos_inf, a.zeros, a.subnormal,
+                 p.count, p.overflow, p.underflow, p.sum_sq_error, p.sum_a_q, p.sum_q_sq};
+}
+
+__device__ inline void from_partial(const Partial& q, stats::AbsStatsAccumulator<float>& a,
+                                    stats::Fp8ProbeAccumulator<double>& p) {
+  a.abs_min = q.abs_min;
+  a.abs_max = q.abs_max;
+  a.nan = q.nan;
+  a.inf = q.inf;
+  a.pos_inf = q.pos_inf;
+  a.zeros = q.zeros;
+  a.subnormal = q.subnormal;
+  p.count = q.probe_count;
+  p.overflow = q.overflow;
+  p.underflow = q.underflow;
+  p.sum_sq_error = q.sum_sq_error;
+  p.sum_a_q = q.sum_a_q;
+  p.sum_q_sq = q.sum_q_sq;
+}
+
+__device__ inline Partial shuffle_down(const Partial& q, int offset) {
+  constexpr unsigned kAll = 0xffffffffu;
+  return Partial{__shfl_down_sync(kAll, q.abs_min, offset),     __shfl_down_sync(kAll, q.abs_max, offset),
+                 __shfl_down_sync(kAll, q.nan, offset),         __shfl_down_sync(kAll, q.inf, offset),
+                 __shfl_down_sync(kAll, q.pos_inf, offset),     __shfl_down_sync(kAll, q.zeros, offset),
+                 __shfl_down_sync(kAll, q.subnormal, offset),   __shfl_down_sync(kAll, q.probe_count, offset),
+                 __shfl_down_sync(kAll, q.overflow, offset),    __shfl_down_sync(kAll, q.underflow, offset),
+                 __shfl_down_sync(kAll, q.sum_sq_error, offset), __shfl_down_sync(kAll, q.sum_a_q, offset),
+                 __shfl_down_sync(kAll, q.sum_q_sq, offset)};
+}
+
+// Combines the partials of a warp into lane 0, with the accumulators' own combine().
+__device__ inline void warp_combine(stats::AbsStatsAccumulator<float>& a, stats::Fp8ProbeAccumulator<double>& p) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Partial other = shuffle_down(to_partial(a, p), offset);
+    stats::AbsStatsAccumulator<float> oa(0.0f);
+    stats::Fp8ProbeAccumulator<double> op;
+    from_partial(other, oa, op);
+    a.combine(oa);
+    p.combine(op);
+  }
+}
+
+// One pass over n elements: 16-byte loads where the data is aligned, single elements for the
+// rest. The slot was zeroed on the same stream before the launch.
+template <typename Load, bool kProbe>
+__global__ void __launch_bounds__(kThreads)
+    reduce_kernel(const typename Load::storage* __restrict__ data, int64_t n, float min_normal,
+                  stats::Fp8ProbeParams params, DeviceSlot* slot) {
+  using T = typename Load::storage;
+  constexpr int kVec = 16 / sizeof(T);
+  const float inf = __int_as_float(0x7f800000);
+  stats::AbsStatsAccumulator<float> acc(inf);
+  stats::Fp8ProbeAccumulator<double> probe;
+  auto visit = [&](float x) {
+    acc.reduce(x, inf, min_normal);
+    if (kProbe) probe.reduce(x, params);
+  };
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  const int64_t vectors = aligned ? n / kVec : 0;
+  const uint4* vec = reinterpret_cast<const uint4*>(data);
+  for (int64_t v = thread; v < vectors; v += threads) {
+    const uint4 raw = __ldg(vec + v);
+    const T* values = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) visit(Load::get(values[k]));
+  }
+  for (int64_t i = vectors * kVec + thread; i < n; i += threads) visit(Load::get(data[i]));
+
+  warp_combine(acc, probe);
+  __shared__ Partial warps[kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warps[warp] = to_partial(acc, probe);
+  __syncthreads();
+  if (warp != 0) return;
+  if (lane < kWarps) {
+    from_partial(warps[lane], acc, probe);
+  } else {
+    acc = stats::AbsStatsAccumulator<float>(inf);
+    probe = stats::Fp8ProbeAccumulator<double>();
+  }
+  warp_combine(acc, probe);
+  if (lane != 0) return;
+  merge_stats<AtomicSlotOps>(*slot, acc);
+  if (kProbe) merge_probe<AtomicSlotOps>(*slot, probe);
+  if (blockIdx.x == 0) atomicAdd(&slot->count, static_cast<unsigned long long>(n));
+}
+
+}  // namespace kernel
+}  // namespace cuda
+}  // namespace sentinel

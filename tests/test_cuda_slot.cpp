@@ -11,12 +11,14 @@
 #include "cuda/slot_merge.h"
 #include "stats/fp8_probe.h"
 #include "stats/tensor_stats.h"
+#include "support/expect_stats.h"
 
 namespace {
 
 using sentinel::cuda::DeviceSlot;
 using sentinel::fp8::Format;
 namespace stats = sentinel::stats;
+using sentinel_test::expect_same_stats;
 
 // The kernel's scheme on the host: `threads` threads read the elements grid-stride, groups of
 // 32 combine (a warp), and each group's result is merged into the slot.
@@ -46,17 +48,6 @@ DeviceSlot simulate(const std::vector<float>& values, float min_normal, const st
 std::vector<float> as_floats(const torch::Tensor& t) {
   auto f = t.to(torch::kFloat).contiguous();
   return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
-}
-
-void expect_same_stats(const sentinel::TensorStats& got, const sentinel::TensorStats& want) {
-  EXPECT_EQ(got.count, want.count);
-  EXPECT_EQ(got.nan, want.nan);
-  EXPECT_EQ(got.pos_inf, want.pos_inf);
-  EXPECT_EQ(got.neg_inf, want.neg_inf);
-  EXPECT_EQ(got.zeros, want.zeros);
-  EXPECT_EQ(got.subnormal, want.subnormal);
-  EXPECT_EQ(got.abs_min, want.abs_min);
-  EXPECT_EQ(got.abs_max, want.abs_max);
 }
 
 struct SlotCase {

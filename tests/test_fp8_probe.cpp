@@ -9,6 +9,7 @@
 
 #include "stats/fp8_probe.h"
 #include "stats/fp8_probe_math.h"
+#include "support/expect_stats.h"
 #include "stats/tensor_stats.h"
 
 namespace {
@@ -50,13 +51,7 @@ Oracle expect_matches_oracle(const torch::Tensor& t, float scale, Format format)
   Fp8ProbeResult probe;
   EXPECT_TRUE(sentinel::stats::compute_with_fp8_probe(t, scale, format, stats, probe));
   sentinel::stats::compute(t, plain);
-  EXPECT_EQ(stats.count, plain.count);
-  EXPECT_EQ(stats.nan, plain.nan);
-  EXPECT_EQ(stats.pos_inf, plain.pos_inf);
-  EXPECT_EQ(stats.zeros, plain.zeros);
-  EXPECT_EQ(stats.subnormal, plain.subnormal);
-  EXPECT_EQ(stats.abs_max, plain.abs_max);
-  EXPECT_EQ(stats.abs_min, plain.abs_min);
+  sentinel_test::expect_same_stats(stats, plain);
   const Oracle o = oracle(t, scale, format);
   EXPECT_EQ(probe.count, o.count);
   EXPECT_EQ(probe.overflow, o.overflow);

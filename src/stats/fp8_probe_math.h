@@ -79,29 +79,22 @@ inline Fp8ProbeParams make_fp8_probe_params(float scale, fp8::Format f) {
   p.magic_floor = fp8::min_subnormal(f) * 8388608.0f;  // * 2^23
   p.magic_offset = static_cast<uint32_t>(23 - (f == fp8::Format::E4M3 ? 3 : 2)) << 23;
   auto rounded = [&](uint32_t bits) { return fp8_round_scaled(fp8::detail::bits_to_float(bits) * scale, p); };
-  auto fits = [&](uint32_t bits) { return rounded(bits) <= p.max; };  // false for NaN
   constexpr uint32_t kMaxFiniteBits = 0x7F7FFFFFu;
-  if (fits(kMaxFiniteBits)) {
-    p.overflow_above = FLT_MAX;
-  } else {
-    uint32_t lo = 0, hi = kMaxFiniteBits;  // fits(lo), !fits(hi)
+  // The first bit pattern in (0, kMaxFiniteBits] where `pred` turns true (kMaxFiniteBits + 1
+  // if it never does); `pred` is false at 0 and monotonic.
+  auto first_true = [](auto&& pred) {
+    uint32_t lo = 0, hi = kMaxFiniteBits + 1;  // !pred(lo); pred(hi) or hi past the end
     while (hi - lo > 1) {
       const uint32_t mid = lo + (hi - lo) / 2;
-      (fits(mid) ? lo : hi) = mid;
+      (pred(mid) ? hi : lo) = mid;
     }
-    p.overflow_above = fp8::detail::bits_to_float(lo);
-  }
-  auto flushes = [&](uint32_t bits) { return rounded(bits) == 0.0f; };
-  if (flushes(kMaxFiniteBits)) {
-    p.underflow_below = fp8::detail::bits_to_float(fp8::detail::kFloatInfBits);
-  } else {
-    uint32_t lo = 0, hi = kMaxFiniteBits;  // flushes(lo), !flushes(hi)
-    while (hi - lo > 1) {
-      const uint32_t mid = lo + (hi - lo) / 2;
-      (flushes(mid) ? lo : hi) = mid;
-    }
-    p.underflow_below = fp8::detail::bits_to_float(hi);
-  }
+    return hi;
+  };
+  // Overflow: the first |x| that does not fit (NaN does not); above the last one that does.
+  const uint32_t first_over = first_true([&](uint32_t bits) { return !(rounded(bits) <= p.max); });
+  p.overflow_above = first_over > kMaxFiniteBits ? FLT_MAX : fp8::detail::bits_to_float(first_over - 1);
+  // Underflow: below the first |x| that does not round to zero (+inf when every finite one does).
+  p.underflow_below = fp8::detail::bits_to_float(first_true([&](uint32_t bits) { return rounded(bits) != 0.0f; }));
   return p;
 }
 

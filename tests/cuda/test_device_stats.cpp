@@ -17,6 +17,7 @@
 #include "cuda/device_stats.h"
 #include "stats/fp8_probe.h"
 #include "stats/tensor_stats.h"
+#include "support/expect_stats.h"
 
 namespace {
 
@@ -24,6 +25,7 @@ using sentinel::cuda::DeviceSlot;
 using sentinel::cuda::DType;
 using sentinel::fp8::Format;
 namespace stats = sentinel::stats;
+using sentinel_test::expect_same_stats;
 
 #define SKIP_WITHOUT_GPU()                                         \
   do {                                                             \
@@ -65,17 +67,6 @@ DeviceSlot run(const void* data, int64_t numel, DType dtype, const stats::Fp8Pro
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaFree(slot);
   return host;
-}
-
-void expect_same_stats(const sentinel::TensorStats& got, const sentinel::TensorStats& want) {
-  EXPECT_EQ(got.count, want.count);
-  EXPECT_EQ(got.nan, want.nan);
-  EXPECT_EQ(got.pos_inf, want.pos_inf);
-  EXPECT_EQ(got.neg_inf, want.neg_inf);
-  EXPECT_EQ(got.zeros, want.zeros);
-  EXPECT_EQ(got.subnormal, want.subnormal);
-  EXPECT_EQ(got.abs_min, want.abs_min);
-  EXPECT_EQ(got.abs_max, want.abs_max);
 }
 
 torch::Tensor oracle_suite(int64_t n) {

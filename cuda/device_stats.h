@@ -26,21 +26,28 @@ struct DeviceSlot {
   unsigned int abs_max_bits, abs_min_complement;
   unsigned long long probe_count, overflow, underflow;
   double sum_sq_error, sum_a_q, sum_q_sq;  // scaled domain, as Fp8ProbeAccumulator
+  unsigned long long fp16_overflow, fp16_underflow, bf16_overflow, bf16_underflow;  // headroom
 };
 
 // Host side: a slot as the CPU pass reports it.
 TensorStats decode_stats(const DeviceSlot& slot);
 stats::Fp8ProbeResult decode_probe(const DeviceSlot& slot, float scale);
+HeadroomCounts decode_headroom(const DeviceSlot& slot);
 
 // Whether kernels can run here; `why` says why not (no driver, no device).
 bool device_available(std::string* why = nullptr);
 
 // The validating entry: checks the arguments (throws sentinel::InputError naming what was
-// wrong), then resets `slot` and launches the reduction on `stream`, with no allocation and no
-// synchronisation. `probe` (optional) adds the FP8 probe under those parameters (float32,
-// float16 and bfloat16 tensors only). Launch errors are checked and thrown as sentinel::Error.
+// wrong), then resets `slot` (unless `reset_slot` is false: the caller keeps it zeroed, or wants
+// this reduction added to what the slot holds) and launches the reduction on `stream`, with no
+// allocation and no synchronisation. `probe` (optional) adds the FP8 probe under those
+// parameters (float32, float16 and bfloat16 tensors only); `headroom` adds the fp16/bf16
+// headroom counts. Launch errors are checked and thrown as sentinel::Error.
 void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* slot,
-                      const stats::Fp8ProbeParams* probe, void* stream);
+                      const stats::Fp8ProbeParams* probe, void* stream, bool headroom = false,
+                      bool reset_slot = true);
+// Zeroes `count` slots from `first` on `stream` (one memset node; legal under graph capture).
+void reset_slots(DeviceSlot* first, int64_t count, void* stream);
 
 // A fixed ring of result slots in device memory, with a pinned host mirror for read-back.
 // Allocates only when made; reading back is one asynchronous copy and one event.
@@ -57,6 +64,8 @@ class DeviceRing {
   void copy_back_async(int64_t first, int64_t count, void* stream);
   // Waits for the last copy-back (the only host synchronisation) and gives its slots.
   const DeviceSlot& wait_and_read(int64_t index);
+  // Zeroes slots [first, first + count) (modulo capacity) on `stream`, ready for reuse.
+  void reset_async(int64_t first, int64_t count, void* stream);
 
  private:
   int64_t capacity_;

@@ -30,5 +30,14 @@ stats::Fp8ProbeResult decode_probe(const DeviceSlot& slot, float scale) {
   return r;
 }
 
+HeadroomCounts decode_headroom(const DeviceSlot& slot) {
+  HeadroomCounts h;
+  h.fp16_overflow = static_cast<int64_t>(slot.fp16_overflow);
+  h.fp16_underflow = static_cast<int64_t>(slot.fp16_underflow);
+  h.bf16_overflow = static_cast<int64_t>(slot.bf16_overflow);
+  h.bf16_underflow = static_cast<int64_t>(slot.bf16_underflow);
+  return h;
+}
+
 }  // namespace cuda
 }  // namespace sentinel

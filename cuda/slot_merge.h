@@ -3,6 +3,7 @@
 // host (which lets the CPU tests run the kernel's whole reduction scheme without a GPU).
 #include "cuda/device_stats.h"
 #include "stats/fp8_probe_math.h"
+#include "stats/headroom_math.h"
 #include "stats/stats_accumulator.h"
 
 namespace sentinel {
@@ -49,6 +50,15 @@ SENTINEL_HOST_DEVICE void merge_probe(DeviceSlot& s, const stats::Fp8ProbeAccumu
   Ops::add(&s.sum_sq_error, p.sum_sq_error);
   Ops::add(&s.sum_a_q, p.sum_a_q);
   Ops::add(&s.sum_q_sq, p.sum_q_sq);
+}
+
+template <typename Ops>
+SENTINEL_HOST_DEVICE void merge_headroom(DeviceSlot& s, const stats::HeadroomAccumulator& h) {
+  using ull = unsigned long long;
+  if (h.fp16_overflow) Ops::add(&s.fp16_overflow, static_cast<ull>(h.fp16_overflow));
+  if (h.fp16_underflow) Ops::add(&s.fp16_underflow, static_cast<ull>(h.fp16_underflow));
+  if (h.bf16_overflow) Ops::add(&s.bf16_overflow, static_cast<ull>(h.bf16_overflow));
+  if (h.bf16_underflow) Ops::add(&s.bf16_underflow, static_cast<ull>(h.bf16_underflow));
 }
 
 }  // namespace cuda

@@ -42,16 +42,25 @@ struct Partial {
   unsigned int nan, inf, pos_inf, zeros, subnormal;
   unsigned int probe_count, overflow, underflow;
   double sum_sq_error, sum_a_q, sum_q_sq;
+  unsigned int h16_over, h16_under, hbf_over, hbf_under;
 };
 
+// What a launch computes beyond the statistics.
+enum Extras : int { kNone = 0, kProbe = 1, kHeadroom = 2 };
+
 __device__ inline Partial to_partial(const stats::AbsStatsAccumulator<float>& a,
-                                     const stats::Fp8ProbeAccumulator<double>& p) {
+                                     const stats::Fp8ProbeAccumulator<double>& p, const stats::HeadroomAccumulator& h) {
   return Partial{a.abs_min, a.abs_max, a.nan, a.inf, a.pos_inf, a.zeros, a.subnormal,
-                 p.count, p.overflow, p.underflow, p.sum_sq_error, p.sum_a_q, p.sum_q_sq};
+                 p.count, p.overflow, p.underflow, p.sum_sq_error, p.sum_a_q, p.sum_q_sq,
+                 h.fp16_overflow, h.fp16_underflow, h.bf16_overflow, h.bf16_underflow};
 }
 
 __device__ inline void from_partial(const Partial& q, stats::AbsStatsAccumulator<float>& a,
-                                    stats::Fp8ProbeAccumulator<double>& p) {
+                                    stats::Fp8ProbeAccumulator<double>& p, stats::HeadroomAccumulator& h) {
+  h.fp16_overflow = q.h16_over;
+  h.fp16_underflow = q.h16_under;
+  h.bf16_overflow = q.hbf_over;
+  h.bf16_underflow = q.hbf_under;
   a.abs_min = q.abs_min;
   a.abs_max = q.abs_max;
   a.nan = q.nan;
@@ -75,24 +84,29 @@ __device__ inline Partial shuffle_down(const Partial& q, int offset) {
                  __shfl_down_sync(kAll, q.subnormal, offset),   __shfl_down_sync(kAll, q.probe_count, offset),
                  __shfl_down_sync(kAll, q.overflow, offset),    __shfl_down_sync(kAll, q.underflow, offset),
                  __shfl_down_sync(kAll, q.sum_sq_error, offset), __shfl_down_sync(kAll, q.sum_a_q, offset),
-                 __shfl_down_sync(kAll, q.sum_q_sq, offset)};
+                 __shfl_down_sync(kAll, q.sum_q_sq, offset),    __shfl_down_sync(kAll, q.h16_over, offset),
+                 __shfl_down_sync(kAll, q.h16_under, offset),   __shfl_down_sync(kAll, q.hbf_over, offset),
+                 __shfl_down_sync(kAll, q.hbf_under, offset)};
 }
 
 // Combines the partials of a warp into lane 0, with the accumulators' own combine().
-__device__ inline void warp_combine(stats::AbsStatsAccumulator<float>& a, stats::Fp8ProbeAccumulator<double>& p) {
+__device__ inline void warp_combine(stats::AbsStatsAccumulator<float>& a, stats::Fp8ProbeAccumulator<double>& p,
+                                    stats::HeadroomAccumulator& h) {
   for (int offset = 16; offset > 0; offset /= 2) {
-    const Partial other = shuffle_down(to_partial(a, p), offset);
+    const Partial other = shuffle_down(to_partial(a, p, h), offset);
     stats::AbsStatsAccumulator<float> oa(0.0f);
     stats::Fp8ProbeAccumulator<double> op;
-    from_partial(other, oa, op);
+    stats::HeadroomAccumulator oh;
+    from_partial(other, oa, op, oh);
     a.combine(oa);
     p.combine(op);
+    h.combine(oh);
   }
 }
 
 // One pass over n elements: 16-byte loads where the data is aligned, single elements for the
 // rest. The slot was zeroed on the same stream before the launch.
-template <typename Load, bool kProbe>
+template <typename Load, int kExtras>
 __global__ void __launch_bounds__(kThreads)
     reduce_kernel(const typename Load::storage* __restrict__ data, int64_t n, float min_normal,
                   stats::Fp8ProbeParams params, DeviceSlot* slot) {
@@ -101,9 +115,11 @@ __global__ void __launch_bounds__(kThreads)
   const float inf = __int_as_float(0x7f800000);
   stats::AbsStatsAccumulator<float> acc(inf);
   stats::Fp8ProbeAccumulator<double> probe;
+  stats::HeadroomAccumulator headroom;
   auto visit = [&](float x) {
     acc.reduce(x, inf, min_normal);
-    if (kProbe) probe.reduce(x, params);
+    if (kExtras & kProbe) probe.reduce(x, params);
+    if (kExtras & kHeadroom) headroom.reduce(fabsf(x), inf);
   };
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -118,22 +134,24 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int64_t i = vectors * kVec + thread; i < n; i += threads) visit(Load::get(data[i]));
 
-  warp_combine(acc, probe);
+  warp_combine(acc, probe, headroom);
   __shared__ Partial warps[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warps[warp] = to_partial(acc, probe);
+  if (lane == 0) warps[warp] = to_partial(acc, probe, headroom);
   __syncthreads();
   if (warp != 0) return;
   if (lane < kWarps) {
-    from_partial(warps[lane], acc, probe);
+    from_partial(warps[lane], acc, probe, headroom);
   } else {
     acc = stats::AbsStatsAccumulator<float>(inf);
     probe = stats::Fp8ProbeAccumulator<double>();
+    headroom = stats::HeadroomAccumulator();
   }
-  warp_combine(acc, probe);
+  warp_combine(acc, probe, headroom);
   if (lane != 0) return;
   merge_stats<AtomicSlotOps>(*slot, acc);
-  if (kProbe) merge_probe<AtomicSlotOps>(*slot, probe);
+  if (kExtras & kProbe) merge_probe<AtomicSlotOps>(*slot, probe);
+  if (kExtras & kHeadroom) merge_headroom<AtomicSlotOps>(*slot, headroom);
   if (blockIdx.x == 0) atomicAdd(&slot->count, static_cast<unsigned long long>(n));
 }
 

@@ -35,21 +35,27 @@ int max_blocks(int device) {
   return count * 8;
 }
 
+template <typename Load, int kExtras>
+void launch_with(const typename Load::storage* data, int64_t numel, float min_normal, const stats::Fp8ProbeParams* probe,
+                 DeviceSlot* slot, int blocks, cudaStream_t stream) {
+  kernel::reduce_kernel<Load, kExtras><<<blocks, kernel::kThreads, 0, stream>>>(
+      data, numel, min_normal, probe ? *probe : stats::Fp8ProbeParams{}, slot);
+}
+
 template <typename Load>
 void launch_reduce(const void* data, int64_t numel, float min_normal, const stats::Fp8ProbeParams* probe,
-                   DeviceSlot* slot, cudaStream_t stream) {
+                   bool headroom, DeviceSlot* slot, cudaStream_t stream) {
   int device = 0;
   check(cudaGetDevice(&device), "query of the current device");
   constexpr int64_t kPerBlock = int64_t{kernel::kThreads} * 16;  // elements a block takes per pass
   const int64_t wanted = (numel + kPerBlock - 1) / kPerBlock;
   const int blocks = static_cast<int>(wanted < max_blocks(device) ? wanted : max_blocks(device));
   const auto* typed = static_cast<const typename Load::storage*>(data);
-  if (probe) {
-    kernel::reduce_kernel<Load, true><<<blocks, kernel::kThreads, 0, stream>>>(typed, numel, min_normal, *probe, slot);
-  } else {
-    kernel::reduce_kernel<Load, false>
-        <<<blocks, kernel::kThreads, 0, stream>>>(typed, numel, min_normal, stats::Fp8ProbeParams{}, slot);
-  }
+  using namespace kernel;
+  if (probe && headroom) launch_with<Load, kProbe | kHeadroom>(typed, numel, min_normal, probe, slot, blocks, stream);
+  else if (probe) launch_with<Load, kProbe>(typed, numel, min_normal, probe, slot, blocks, stream);
+  else if (headroom) launch_with<Load, kHeadroom>(typed, numel, min_normal, probe, slot, blocks, stream);
+  else launch_with<Load, kNone>(typed, numel, min_normal, probe, slot, blocks, stream);
   check(cudaGetLastError(), "launch of the statistics kernel");
 }
 
@@ -86,8 +92,13 @@ bool device_available(std::string* why) {
   return true;
 }
 
+void reset_slots(DeviceSlot* first, int64_t count, void* stream) {
+  check(cudaMemsetAsync(first, 0, sizeof(DeviceSlot) * count, static_cast<cudaStream_t>(stream)),
+        "reset of result slots");
+}
+
 void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* slot,
-                      const stats::Fp8ProbeParams* probe, void* stream) {
+                      const stats::Fp8ProbeParams* probe, void* stream, bool headroom, bool reset_slot) {
   if (!slot) throw InputError("sentinel: reduce_into_slot needs a result slot, got a null pointer");
   if (numel < 0) throw InputError("sentinel: reduce_into_slot needs numel >= 0, got " + std::to_string(numel));
   if (numel > 0 && !data) throw InputError("sentinel: reduce_into_slot got a null data pointer for " +
@@ -101,17 +112,17 @@ void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* 
                      dtype_name(dtype));
   }
   auto s = static_cast<cudaStream_t>(stream);
-  check(cudaMemsetAsync(slot, 0, sizeof(DeviceSlot), s), "reset of a result slot");
+  if (reset_slot) check(cudaMemsetAsync(slot, 0, sizeof(DeviceSlot), s), "reset of a result slot");
   if (numel == 0) return;
   switch (dtype) {
-    case DType::kFloat32: launch_reduce<kernel::Float32>(data, numel, 1.17549435e-38f, probe, slot, s); break;
-    case DType::kFloat16: launch_reduce<kernel::Float16>(data, numel, 6.103515625e-05f, probe, slot, s); break;
-    case DType::kBFloat16: launch_reduce<kernel::BFloat16>(data, numel, 1.17549435e-38f, probe, slot, s); break;
+    case DType::kFloat32: launch_reduce<kernel::Float32>(data, numel, 1.17549435e-38f, probe, headroom, slot, s); break;
+    case DType::kFloat16: launch_reduce<kernel::Float16>(data, numel, 6.103515625e-05f, probe, headroom, slot, s); break;
+    case DType::kBFloat16: launch_reduce<kernel::BFloat16>(data, numel, 1.17549435e-38f, probe, headroom, slot, s); break;
     case DType::kFloat8E4M3:
-      launch_reduce<kernel::Float8<fp8::Format::E4M3>>(data, numel, fp8::min_normal(fp8::Format::E4M3), nullptr, slot, s);
+      launch_reduce<kernel::Float8<fp8::Format::E4M3>>(data, numel, fp8::min_normal(fp8::Format::E4M3), nullptr, headroom, slot, s);
       break;
     case DType::kFloat8E5M2:
-      launch_reduce<kernel::Float8<fp8::Format::E5M2>>(data, numel, fp8::min_normal(fp8::Format::E5M2), nullptr, slot, s);
+      launch_reduce<kernel::Float8<fp8::Format::E5M2>>(data, numel, fp8::min_normal(fp8::Format::E5M2), nullptr, headroom, slot, s);
       break;
   }
 }
@@ -124,6 +135,9 @@ DeviceRing::DeviceRing(int64_t capacity, int device) : capacity_(capacity), devi
   try {
     check(cudaMalloc(&slots_, sizeof(DeviceSlot) * capacity), "allocation of the result ring");
     check(cudaMallocHost(&host_, sizeof(DeviceSlot) * capacity), "allocation of the pinned read-back buffer");
+    // Zeroed once here; the owner re-zeroes slots after reading them back, so that a launch
+    // need not reset its own slot (one kernel per tensor, no memset node).
+    check(cudaMemset(slots_, 0, sizeof(DeviceSlot) * capacity), "reset of the result ring");
     cudaEvent_t event = nullptr;
     check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creation of the read-back event");
     event_ = event;
@@ -164,6 +178,13 @@ void DeviceRing::copy_back_async(int64_t first, int64_t count, void* stream) {
   }
   check(cudaEventRecord(static_cast<cudaEvent_t>(event_), s), "record of the read-back event");
   pending_ = true;
+}
+
+void DeviceRing::reset_async(int64_t first, int64_t count, void* stream) {
+  const int64_t start = first % capacity_;
+  const int64_t head = count < capacity_ - start ? count : capacity_ - start;
+  if (head > 0) reset_slots(slots_ + start, head, stream);
+  if (count > head) reset_slots(slots_, count - head, stream);
 }
 
 const DeviceSlot& DeviceRing::wait_and_read(int64_t index) {

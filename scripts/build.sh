@@ -5,7 +5,8 @@ cd "$(dirname "$0")/.."
 build_dir=${SENTINEL_BUILD_DIR:-build}
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+# Configure when there is no generated build yet (a configure that failed leaves a cache only).
+if [ ! -f "$build_dir/build.ninja" ] && [ ! -f "$build_dir/Makefile" ]; then
   cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
 elif [ $# -gt 0 ]; then
   cmake -S . -B "$build_dir" "$@"

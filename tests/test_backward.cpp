@@ -5,6 +5,9 @@
 
 #include <sentinel/sentinel.h>
 
+#include <algorithm>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/demo_model.h"

@@ -72,6 +72,15 @@ class Options {
   // Counts per entry of what casting to fp16/bf16 would overflow or flush (a second read of each
   // floating tensor); see Watchdog::headroom().
   SENTINEL_OPTION(bool, headroom, false);
+  // CUDA tensors are read on their GPU, on their current stream, without waiting; the frames wait
+  // (outside the ring of max_frames_to_save) until the numbers are read back: at each batch end
+  // and whenever this many frames are waiting. The first non-finite frame is still found exactly.
+  SENTINEL_OPTION(int64_t, device_readback_frames, 1024);
+  // Read back after every op instead: stops at the op that made the inf/nan, at one host
+  // synchronisation per op.
+  SENTINEL_OPTION(bool, device_sync_each_op, false);
+  // false: CUDA tensors are skipped and labelled "not on cpu", as on a build without CUDA.
+  SENTINEL_OPTION(bool, watch_cuda, true);
 
  public:
   // Sets the callback and Action::Callback.

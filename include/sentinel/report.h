@@ -85,6 +85,14 @@ struct HeadroomSummary {
   int64_t frames_bf16_underflow = 0;
 };
 
+// Tensors read where they live (CUDA): how much waited, and how often the host waited for it.
+struct DeviceCounters {
+  int64_t tensors_read_on_device = 0;     // reductions started on a device
+  int64_t tensors_skipped_on_device = 0;  // device tensors not read (dtype, gapped view, graph capture)
+  int64_t frames_deferred = 0;            // frames that waited for a read-back
+  int64_t readbacks = 0;                  // host synchronisations: one per read-back
+};
+
 struct Report {
   int64_t batch_number = 0;
   std::vector<Frame> frames;  // oldest first; the last one is where inf/nan was detected
@@ -98,6 +106,10 @@ struct Report {
   std::vector<std::string> stack;
   // TorchScript models: the TorchScript call stack at the op, innermost first ("file:line: code").
   std::vector<std::string> torchscript_stack;
+  // Found when a device's numbers were read back (at batch end or every N frames), after the op
+  // had run: the stacks above are then empty, as the op's own are gone. Options::device_sync_each_op
+  // stops at the op itself, with its stacks.
+  bool deferred = false;
 
   // "nonfinite" (frames and origin) or "fp8_alarm" (alarms; frames may be empty).
   std::string kind = "nonfinite";

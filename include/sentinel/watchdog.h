@@ -80,6 +80,8 @@ class Watchdog {
   int64_t batch_number() const;
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
+  // Device (CUDA) reading so far: tensors, deferred frames, read-backs.
+  DeviceCounters device_counters() const;
   // FP8 metrics of the last closed step, one per slot (Options::fp8 enabled).
   std::vector<Fp8SlotMetrics> fp8_metrics() const;
   // The most recent report, if any inf/nan was detected.

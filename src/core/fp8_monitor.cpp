@@ -59,31 +59,58 @@ uint32_t Fp8Monitor::wants(int64_t step, uint32_t op, const std::string& op_name
   return selected_by_place_[place] == 1 ? static_cast<uint32_t>(gemm_by_op_[op]) : 0;
 }
 
-stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step,
-                                     const PlaceTable& places, TensorStats& out) {
+Fp8Monitor::Slot& Fp8Monitor::slot_for(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places) {
   auto key = std::make_pair(place, static_cast<int>(role));
   auto it = slots_.find(key);
   if (it == slots_.end()) {
     const std::string path = places.path(place);
-    it = slots_.emplace(key, Slot{&scalers_.slot(path, role), path, role, step, 0, 0.0, {}}).first;
+    fp8::DelayedScaler* scaler = &scalers_.slot(path, role);
+    it = slots_.emplace(key, Slot{scaler, path, role, step, 0, 0.0, {}, {}}).first;
+    it->second.params = stats::make_fp8_probe_params(scaler->scale(), scaler->format());
   }
-  Slot& slot = it->second;
+  return it->second;
+}
+
+namespace {
+
+void add_to_slot(double& amax, int64_t& uses, stats::Fp8ProbeResult& sums, const TensorStats& out,
+                 const stats::Fp8ProbeResult& result) {
+  ++uses;
+  if (out.count > out.nan && std::isfinite(out.abs_max)) amax = std::max(amax, out.abs_max);
+  else if (out.pos_inf + out.neg_inf > 0) amax = INFINITY;  // TE's rule: a non-finite amax keeps the scale
+  sums.count += result.count;
+  sums.overflow += result.overflow;
+  sums.underflow += result.underflow;
+  sums.sum_sq_error += result.sum_sq_error;
+  sums.sum_x_q += result.sum_x_q;
+  sums.sum_x_sq += result.sum_x_sq;
+  sums.sum_q_sq += result.sum_q_sq;
+}
+
+}  // namespace
+
+stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step,
+                                     const PlaceTable& places, TensorStats& out) {
+  Slot& slot = slot_for(place, role, step, places);
   stats::Fp8ProbeResult result;
   stats::Readability readability = stats::Readability::Read;
   if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result, &readability)) {
     return readability;  // not a floating tensor the cast applies to: statistics only
   }
-  ++slot.uses;
-  if (out.count > out.nan && std::isfinite(out.abs_max)) slot.amax = std::max(slot.amax, out.abs_max);
-  else if (out.pos_inf + out.neg_inf > 0) slot.amax = INFINITY;  // TE's rule: a non-finite amax keeps the scale
-  slot.sums.count += result.count;
-  slot.sums.overflow += result.overflow;
-  slot.sums.underflow += result.underflow;
-  slot.sums.sum_sq_error += result.sum_sq_error;
-  slot.sums.sum_x_q += result.sum_x_q;
-  slot.sums.sum_x_sq += result.sum_x_sq;
-  slot.sums.sum_q_sq += result.sum_q_sq;
+  add_to_slot(slot.amax, slot.uses, slot.sums, out, result);
   return stats::Readability::Read;
+}
+
+Fp8Monitor::Target Fp8Monitor::target(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places) {
+  Slot& slot = slot_for(place, role, step, places);
+  return Target{&slot.params, slot.scaler->scale(), slot.scaler->format()};
+}
+
+void Fp8Monitor::add_result(uint32_t place, fp8::Role role, const TensorStats& stats,
+                            const stats::Fp8ProbeResult& result) {
+  auto it = slots_.find(std::make_pair(place, static_cast<int>(role)));
+  if (it == slots_.end()) return;  // its step was closed before the numbers came back
+  add_to_slot(it->second.amax, it->second.uses, it->second.sums, stats, result);
 }
 
 std::vector<Fp8SlotMetrics> Fp8Monitor::end_step(std::vector<Fp8Alarm>& alarms) {

@@ -13,6 +13,7 @@
 
 #include "core/string_table.h"
 #include "stats/fp8_probe.h"
+#include "stats/fp8_probe_math.h"
 #include "stats/tensor_stats.h"
 
 namespace at {
@@ -34,6 +35,15 @@ class Fp8Monitor {
   // Reads `t` once: its statistics, and its cast under the slot's delayed scale.
   stats::Readability probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places,
                            TensorStats& out);
+  // The same in two halves, for a tensor read elsewhere (a device) and counted later: the cast's
+  // parameters for the slot's delayed scale, then the slot's share of the result.
+  struct Target {
+    const stats::Fp8ProbeParams* params;
+    float scale;
+    fp8::Format format;
+  };
+  Target target(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places);
+  void add_result(uint32_t place, fp8::Role role, const TensorStats& stats, const stats::Fp8ProbeResult& result);
   bool step_open() const { return !slots_.empty(); }
   // Closes the open step: metrics per slot, scalers updated, alarms over their thresholds.
   std::vector<Fp8SlotMetrics> end_step(std::vector<Fp8Alarm>& alarms);
@@ -48,7 +58,9 @@ class Fp8Monitor {
     int64_t uses = 0;
     double amax = 0;
     stats::Fp8ProbeResult sums;
+    stats::Fp8ProbeParams params;  // of the scaler's scale at this step (fixed within it)
   };
+  Slot& slot_for(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places);
   Fp8Options options_;
   std::regex layers_;
   fp8::ScalingTable scalers_;

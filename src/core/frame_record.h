@@ -23,6 +23,7 @@ struct EntryRecord {
   uint8_t skip_reason = 0;  // stats::Readability when Skipped
   bool has_headroom = false;
   HeadroomCounts headroom;
+  int64_t pending_slot = -1;  // read on a device: the result slot its numbers will come back in
 };
 
 struct FrameRecord {
@@ -43,9 +44,15 @@ struct FrameRecord {
   uint16_t outputs_seen = 0;  // outputs added so far, kept or omitted (numbers the next one)
   bool inputs_finite = true;
   bool outputs_finite = true;
+  // Entries read on a device wait for their numbers (src/device/deferred_frames.h). Entries that
+  // found no room share one slot per role, so that their inf/nan still counts.
+  bool pending = false;
+  int64_t omitted_slot[2] = {-1, -1};  // inputs, outputs
   std::array<EntryRecord, kMaxEntries> entries;
 
   void reset() {
+    pending = false;
+    omitted_slot[0] = omitted_slot[1] = -1;
     forward_op = 0;
     outputs_seen = 0;
     entry_count = 0;
@@ -61,6 +68,7 @@ struct FrameRecord {
     else ++entries_omitted;
   }
   bool finite() const { return inputs_finite && outputs_finite; }
+  bool has_room(Role role) const { return entry_count < (role == Role::Output ? kMaxEntries : kMaxInputEntries); }
   // Copies only the entries in use (a full copy would move ~1 KiB per op).
   void assign(const FrameRecord& o) {
     batch_number = o.batch_number;
@@ -75,6 +83,9 @@ struct FrameRecord {
     entries_omitted = o.entries_omitted;
     inputs_finite = o.inputs_finite;
     outputs_finite = o.outputs_finite;
+    pending = o.pending;
+    omitted_slot[0] = o.omitted_slot[0];
+    omitted_slot[1] = o.omitted_slot[1];
     for (int i = 0; i < entry_count; ++i) entries[i] = o.entries[i];
   }
 };

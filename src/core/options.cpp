@@ -24,6 +24,10 @@ void Options::validate() const {
   if (abort_after_batch_num_ && *abort_after_batch_num_ < 0) {
     throw OptionError("sentinel: abort_after_batch_num must be >= 0, got " + std::to_string(*abort_after_batch_num_));
   }
+  if (device_readback_frames_ < 1 || device_readback_frames_ > 1000000) {
+    throw OptionError("sentinel: device_readback_frames must be between 1 and 1000000, got " +
+                      std::to_string(device_readback_frames_));
+  }
   if (fp8_.enabled() && fp8_.freq() < 1) {
     throw OptionError("sentinel: fp8 freq must be at least 1, got " + std::to_string(fp8_.freq()));
   }

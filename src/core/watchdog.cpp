@@ -44,7 +44,9 @@ Watchdog::Impl::~Impl() {
   alive.reset();
 }
 
-void Watchdog::Impl::begin_batch_locked() {
+void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
+  resolve_deferred(lock);  // what is left of the last batch (a backward after it, a graph capture)
+  if (stopped) return;
   close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
   stats_cache.clear();
@@ -56,7 +58,8 @@ void Watchdog::Impl::begin_batch_locked() {
   }
 }
 
-void Watchdog::Impl::end_batch_locked() {
+void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
+  resolve_deferred(lock);  // the batch's deferred frames: detection before the batch is over
   const int64_t finished = batches.current();
   stats_cache.clear();  // releases the weak references
   // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
@@ -70,16 +73,16 @@ void Watchdog::Impl::end_batch_locked() {
 
 void Watchdog::Impl::begin_auto_batch() {
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!stopped) begin_batch_locked();
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!stopped) begin_batch_locked(lock);
   }
   deliver_fp8_alarm();
 }
 
 void Watchdog::Impl::end_auto_batch() {
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    end_batch_locked();
+    std::unique_lock<std::mutex> lock(mutex);
+    end_batch_locked(lock);
   }
   deliver_fp8_alarm();
 }
@@ -88,8 +91,8 @@ bool Watchdog::Impl::begin_explicit_batch() {
   auto& ts = capture::thread_state();
   if (ts.explicit_batch == this) return false;  // forward() inside batch(): one batch
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    begin_batch_locked();
+    std::unique_lock<std::mutex> lock(mutex);
+    begin_batch_locked(lock);
     ts.explicit_batch = this;
   }
   deliver_fp8_alarm();
@@ -103,8 +106,8 @@ void Watchdog::Impl::end_explicit_batch() {
   auto& ts = capture::thread_state();
   if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    end_batch_locked();
+    std::unique_lock<std::mutex> lock(mutex);
+    end_batch_locked(lock);
   }
   deliver_fp8_alarm();
 }
@@ -178,8 +181,11 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
   Report report = build_report();
   report.fp8_metrics = last_fp8_metrics;
   // Only now, at detection, is the cost of walking the stacks paid.
-  report.stack = report::user_call_stack();
-  if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
+  report.deferred = detecting_late;
+  if (!detecting_late) {
+    report.stack = report::user_call_stack();
+    if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
+  }
   reported_batch = report.batch_number;
   last_report = report;
   const std::string text = render_text(report);

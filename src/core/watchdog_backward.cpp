@@ -18,7 +18,6 @@ using core::EntryState;
 using core::FrameRecord;
 using core::Role;
 
-using core::tensor_entry;
 
 void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -53,12 +52,8 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor()) continue;
     const at::Tensor& g = inputs[i].toTensor();
-    if (probe_fp8 && g.defined()) {
-      f.add(core::probe_entry(fp8, g, f.place, fp8::Role::Gradient, f.batch_number, places, Role::Input,
-                              static_cast<int>(i)));
-    } else {
-      f.add(tensor_entry(stats_cache, g, Role::Input, static_cast<int>(i), -1));
-    }
+    const fp8::Role gradient = fp8::Role::Gradient;
+    f.add(read_entry(f, g, Role::Input, static_cast<int>(i), -1, false, probe_fp8 ? &gradient : nullptr));
   }
   backward_in_batch = true;
   ts.open_backward_owner = this;
@@ -73,7 +68,7 @@ void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::Thre
   // What the node's own ops return is what it produces: the gradients it passes on.
   int next = f.outputs_seen;
   for (const auto& v : fn.outputs()) {
-    if (v.isTensor()) f.add(tensor_entry(stats_cache, v.toTensor(), Role::Output, next++, -1));
+    if (v.isTensor()) f.add(read_entry(f, v.toTensor(), Role::Output, next++, -1, false));
   }
 }
 
@@ -109,14 +104,14 @@ void Watchdog::Impl::check_parameter_gradients() {
       f.attribution = static_cast<uint8_t>(Attribution::Parameter);
       place = ref.place;
     }
-    EntryRecord e = tensor_entry(stats_cache, grad, Role::Param, -1, -1);
+    EntryRecord e = read_entry(f, grad, Role::Output, -1, -1, false);
     e.param_name = ref.name;
     // A parameter's gradient is what AccumulateGrad produced: an output of this frame.
     e.role = Role::Output;
     f.add(e);
   }
   if (place != UINT32_MAX) flush();
-  if (!lock.owns_lock()) lock.lock();
+  resolve_deferred(lock);  // the step's numbers are all in before it closes
   close_fp8_step_locked();  // the training step is complete: forward, backward, gradients
 }
 

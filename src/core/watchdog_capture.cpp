@@ -18,7 +18,6 @@ using core::EntryState;
 using core::FrameRecord;
 using core::Role;
 using core::plain_entry;
-using core::tensor_entry;
 
 namespace {
 
@@ -71,15 +70,16 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     const Role role = param ? Role::Param : Role::Input;
-    EntryRecord e = probe_fp8 && t.defined()
-                        ? core::probe_entry(fp8, t, f.place, param ? fp8::Role::Weight : fp8::Role::Activation,
-                                            f.batch_number, places, role, position)
-                        : tensor_entry(stats_cache, t, role, position, -1, opts.headroom());
+    const fp8::Role slot_role = param ? fp8::Role::Weight : fp8::Role::Activation;
+    EntryRecord e = read_entry(f, t, role, position, -1, opts.headroom() && !(probe_fp8 && t.defined()),
+                               probe_fp8 ? &slot_role : nullptr);
     if (param) e.param_name = param->name;
     f.add(e);
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
-    for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Input, position, static_cast<int>(j), opts.headroom()));
+    for (size_t j = 0; j < list.size(); ++j) {
+      f.add(read_entry(f, list.get(j), Role::Input, position, static_cast<int>(j), opts.headroom()));
+    }
   } else if (v.isNone() && tensor_arg) {
     f.add(plain_entry(EntryState::None, Role::Input, position, -1));
   }
@@ -93,11 +93,13 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     const int index = single ? -1 : static_cast<int>(i);
     if (v.isTensor()) {
       any_tensor = true;
-      f.add(tensor_entry(stats_cache, v.toTensor(), Role::Output, index, -1, opts.headroom()));
+      f.add(read_entry(f, v.toTensor(), Role::Output, index, -1, opts.headroom()));
     } else if (v.isTensorList()) {
       any_tensor = true;
       auto list = v.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) f.add(tensor_entry(stats_cache, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom()));
+      for (size_t j = 0; j < list.size(); ++j) {
+        f.add(read_entry(f, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom()));
+      }
     } else if (v.isNone()) {
       f.add(plain_entry(EntryState::None, Role::Output, index, -1));
     } else {
@@ -238,6 +240,20 @@ void Watchdog::Impl::note_headroom(const FrameRecord& f) {
 
 void Watchdog::Impl::finish_frame(FrameRecord& f, std::unique_lock<std::mutex>& lock) {
   f.op_index = batches.take_op_index();
+  // Once one frame waits for a device, every later frame waits behind it: detection keeps order.
+  if (f.pending || !deferred.empty()) {
+    deferred.push(f);
+    ++device_counters.frames_deferred;
+    if (opts.device_sync_each_op() || static_cast<int64_t>(deferred.size()) >= opts.device_readback_frames() ||
+        2 * deferred.slots_in_flight() >= device->capacity()) {
+      resolve_deferred(lock, /*last_is_current=*/true);
+    }
+    return;
+  }
+  process_frame(f, lock);
+}
+
+void Watchdog::Impl::process_frame(FrameRecord& f, std::unique_lock<std::mutex>& lock) {
   ring.push(f);
   if (opts.headroom()) note_headroom(f);
   if (batches.is_traced(f.batch_number)) {

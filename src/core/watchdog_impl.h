@@ -21,6 +21,8 @@
 #include "core/model_index.h"
 #include "core/stats_cache.h"
 #include "core/string_table.h"
+#include "device/deferred_frames.h"
+#include "device/stats_device.h"
 
 #include <c10/util/ArrayRef.h>
 
@@ -89,6 +91,12 @@ struct Watchdog::Impl final : capture::Session {
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
   std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
   HeadroomSummary headroom_summary;              // Options::headroom
+  // Tensors on a device (CUDA) are read there; their frames wait in `deferred` for the numbers.
+  std::unique_ptr<device::StatsDevice> device;   // made at the first such tensor
+  bool device_tried = false;
+  device::DeferredFrames deferred;
+  DeviceCounters device_counters;
+  bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   mutable std::mutex mutex;
   std::exception_ptr pending;     // thrown at the next safe point
@@ -103,12 +111,27 @@ struct Watchdog::Impl final : capture::Session {
                  const core::ParamRef* param);
   void add_outputs(core::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
   uint32_t scope_place(capture::ThreadState& ts);
-  void begin_batch_locked();
-  void end_batch_locked();
+  void begin_batch_locked(std::unique_lock<std::mutex>& lock);
+  void end_batch_locked(std::unique_lock<std::mutex>& lock);
   void trip(std::unique_lock<std::mutex>& lock);
   // After a frame is complete: keep it, trace it or detect on it. Called with the lock held.
   void finish_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
+  // Ring, trace or detection for a frame whose numbers are all known.
+  void process_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
   void note_headroom(const core::FrameRecord& f);
+
+ public:
+  // The entry of one tensor: read on its device (deferred) when one takes it, else on the CPU
+  // through the per-batch cache. `fp8_role` (optional) adds the FP8 probe of the frame's slot.
+  core::EntryRecord read_entry(core::FrameRecord& f, const at::Tensor& t, core::Role role, int index, int sub,
+                               bool headroom, const fp8::Role* fp8_role = nullptr);
+  // Reads back what the device holds and runs the waiting frames through process_frame, in
+  // order; stops at a trip that stops the run. Leaves the lock held.
+  // `last_is_current`: the last waiting frame is the op now ending (its stacks are still live).
+  void resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current = false);
+
+ private:
+  device::StatsDevice* device_for(const at::Tensor& t);
 };
 
 }  // namespace sentinel

@@ -94,6 +94,7 @@ std::string render_json(const Report& report) {
                    {"trigger_frame", report.frames.empty() ? 0 : report.frames.size() - 1},
                    {"stack", report.stack},
                    {"torchscript_stack", report.torchscript_stack},
+                   {"deferred", report.deferred},
                    {"frames", frames}};
   return j.dump(2) + "\n";
 }

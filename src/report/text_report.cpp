@@ -91,6 +91,10 @@ std::string render_text(const Report& report) {
     out += render_frame_text(f);
   }
   out += "\n" + report.origin + "\n";
+  if (report.deferred) {
+    out += "Found when the device's statistics were read back, after the op had run: no call stack.\n"
+           "Options::device_sync_each_op(true) stops at the op itself, with its call stack.\n";
+  }
   if (!report.torchscript_stack.empty()) {
     out += "TorchScript call stack at detection (innermost first):\n";
     for (const auto& line : report.torchscript_stack) out += "  " + line + "\n";

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "stats/headroom_math.h"
 #include "stats/simd_kernels.h"
 #include "stats/stats_accumulator.h"
 #include "stats/tensor_walk.h"
@@ -92,29 +93,20 @@ void reduce_tensor(const at::Tensor& t, TensorStats& out) {
 
 namespace {
 
-// Round-to-nearest-even boundaries: fp16 max 65504, half an ulp above it 65520 (ties go to the
-// even neighbour, 65536 = inf); smallest subnormal 2^-24, half of it 2^-25 (ties go to 0).
-// bf16 max 0x7F7F, half an ulp above it 0x7F7F8000 as float32; smallest subnormal 2^-133.
-// (Hexadecimal literals: exact.)
-constexpr double kFp16Overflow = 0x1.ffep+15;   // 65520
-constexpr double kFp16Flush = 0x1p-25;
-constexpr double kBf16Overflow = 0x1.ffp+127;   // float32 bits 0x7F7F8000
-constexpr double kBf16Flush = 0x1p-134;
-
 template <typename T>
 void headroom_span(const T* p, int64_t n, int64_t stride, HeadroomCounts& out) {
-  int64_t o16 = 0, u16 = 0, ob = 0, ub = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double a = std::fabs(static_cast<double>(kernels::Widen<T>::get(p[i * stride])));
-    o16 += (a >= kFp16Overflow) & (a != INFINITY);
-    u16 += (a > 0) & (a <= kFp16Flush);
-    ob += (a >= kBf16Overflow) & (a != INFINITY);
-    ub += (a > 0) & (a <= kBf16Flush);
+  // Blocks small enough for the accumulator's 32-bit counts.
+  for (int64_t start = 0; start < n; start += kernels::kBlock) {
+    const int64_t len = std::min(kernels::kBlock, n - start);
+    HeadroomAccumulator acc;
+    for (int64_t i = start; i < start + len; ++i) {
+      acc.reduce(std::fabs(static_cast<double>(kernels::Widen<T>::get(p[i * stride]))), double(INFINITY));
+    }
+    out.fp16_overflow += acc.fp16_overflow;
+    out.fp16_underflow += acc.fp16_underflow;
+    out.bf16_overflow += acc.bf16_overflow;
+    out.bf16_underflow += acc.bf16_underflow;
   }
-  out.fp16_overflow += o16;
-  out.fp16_underflow += u16;
-  out.bf16_overflow += ob;
-  out.bf16_underflow += ub;
 }
 
 }  // namespace
@@ -179,6 +171,9 @@ const char* describe(Readability r) {
     case Readability::Quantized: return "quantized";
     case Readability::Complex: return "complex";
     case Readability::OtherDtype: return "other dtype";
+    case Readability::DeviceStrided: return "strided view on device";
+    case Readability::DeviceDtype: return "dtype not read on device";
+    case Readability::CapturedInGraph: return "captured in cuda graph";
   }
   return "?";
 }

@@ -24,6 +24,10 @@ enum class Readability {
   Quantized,
   Complex,
   OtherDtype,
+  // On a device whose statistics run there (src/device/):
+  DeviceStrided,    // a view with gaps (a slice): the kernel reads one dense span
+  DeviceDtype,      // a dtype the kernel does not read (float64, integers, bool)
+  CapturedInGraph,  // reduced inside a CUDA graph capture: its numbers exist only at replay
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

@@ -1,0 +1,296 @@
+// GPU benchmarks (needs a CUDA device and a LibTorch built with CUDA; every case skips without one).
+//
+// 1. The statistics kernel against the memory system: one reduction over a 256 MiB tensor is
+//    bound by reading it, so its bandwidth is compared with a device-to-device copy of the same
+//    bytes (read + write), the practical ceiling. Variants: float32, bfloat16, and bfloat16 with
+//    the FP8 probe fused in (same bytes, more arithmetic per element).
+// 2. One bf16 training step (zero_grad, forward, loss, backward, AdamW step) of a GPT-2-small-
+//    sized decoder, three ways:
+//      Unwatched - the model alone;
+//      Watched   - under sentinel::Watchdog (every op's outputs and every gradient checked, the
+//                  statistics computed on the device and read back in batches);
+//      HfStyle   - HF's DebugUnderflowOverflow as it computes: after every module, for its
+//                  parameters, input and output, abs(), min(), max(), isnan().any(),
+//                  isinf().any(), each read back to the host with .item() - one host
+//                  synchronisation each (forward only: HF's tool sees no backward pass).
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cuda/device_stats.h"
+#include "gpt2_model.h"
+#include "stats/fp8_probe_math.h"
+
+namespace {
+
+using sentinel::cuda::DeviceSlot;
+using sentinel::cuda::DType;
+
+bool skip_without_gpu(benchmark::State& state) {
+  if (torch::cuda::is_available()) return false;
+  state.SkipWithError("no CUDA device");
+  return true;
+}
+
+// Throws so that one catch per case turns any CUDA failure into SkipWithError.
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel bandwidth
+
+constexpr int64_t kKernelBytes = int64_t{256} << 20;  // far larger than H100's 50 MB L2
+// Launches per timed iteration: one launch of a 256 MiB pass is ~0.1 ms, close enough to the
+// event resolution and launch gaps that a batch of them gives steadier numbers.
+constexpr int kLaunchesPerIteration = 10;
+// randn's |x| rarely exceeds 6, so this maps the tensor's range onto E4M3's [0, 448] as a
+// delayed-scaling recipe would (the probe does the same work whatever the scale).
+constexpr float kProbeScale = 448.0f / 6.0f;
+
+struct KernelRig {
+  KernelRig() {
+    const auto on_gpu = torch::TensorOptions().device(torch::kCUDA);
+    torch::manual_seed(0);
+    f32 = torch::randn({kKernelBytes / 4}, on_gpu.dtype(torch::kFloat32));
+    bf16 = torch::randn({kKernelBytes / 2}, on_gpu.dtype(torch::kBFloat16));
+    cuda_check(cudaMalloc(&copy_dst, kKernelBytes), "cudaMalloc(copy destination)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&slot), sizeof(DeviceSlot)), "cudaMalloc(slot)");
+    // Non-blocking: nothing else in the process (LibTorch's default stream) serialises with it.
+    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+    cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+    probe = sentinel::stats::make_fp8_probe_params(kProbeScale, sentinel::fp8::Format::E4M3);
+    torch::cuda::synchronize();  // randn ran on LibTorch's stream; the data must be there first
+  }
+  torch::Tensor f32, bf16;
+  void* copy_dst = nullptr;
+  DeviceSlot* slot = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  sentinel::stats::Fp8ProbeParams probe;
+};
+
+// Made on first use and never freed: freeing device memory from a static destructor can run
+// after the CUDA runtime has shut down.
+KernelRig& kernel_rig() {
+  static KernelRig* rig = new KernelRig();
+  return *rig;
+}
+
+// Times `launch` with events on the rig's stream. The reported time is per launch, and the
+// bytes are per launch, so bytes_per_second and GBps are bandwidths.
+template <class Launch>
+void time_launches(benchmark::State& state, int64_t bytes_per_launch, Launch&& launch) {
+  auto& rig = kernel_rig();
+  // The first launches load the module (CUDA's lazy loading) and warm the clocks.
+  for (int i = 0; i < 3; ++i) launch(rig);
+  cuda_check(cudaStreamSynchronize(rig.stream), "warm-up");
+  for (auto _ : state) {
+    cuda_check(cudaEventRecord(rig.start, rig.stream), "cudaEventRecord");
+    for (int i = 0; i < kLaunchesPerIteration; ++i) launch(rig);
+    cuda_check(cudaEventRecord(rig.stop, rig.stream), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(rig.stop), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, rig.start, rig.stop), "cudaEventElapsedTime");
+    state.SetIterationTime(ms / 1e3 / kLaunchesPerIteration);
+  }
+  const auto bytes = state.iterations() * bytes_per_launch;
+  state.SetBytesProcessed(bytes);
+  // Decimal GB, as GPU bandwidths are quoted (bytes_per_second above is in binary units).
+  state.counters["GBps"] = benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsRate);
+}
+
+template <class Launch>
+void run_kernel_case(benchmark::State& state, int64_t bytes_per_launch, Launch&& launch) {
+  if (skip_without_gpu(state)) return;
+  try {
+    time_launches(state, bytes_per_launch, launch);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_StatsKernel(benchmark::State& state) {
+  run_kernel_case(state, kKernelBytes, [](KernelRig& r) {
+    sentinel::cuda::reduce_into_slot(r.f32.data_ptr(), r.f32.numel(), DType::kFloat32, r.slot, nullptr, r.stream);
+  });
+}
+
+void BM_StatsKernelBf16(benchmark::State& state) {
+  run_kernel_case(state, kKernelBytes, [](KernelRig& r) {
+    sentinel::cuda::reduce_into_slot(r.bf16.data_ptr(), r.bf16.numel(), DType::kBFloat16, r.slot, nullptr, r.stream);
+  });
+}
+
+void BM_StatsKernelWithProbe(benchmark::State& state) {
+  run_kernel_case(state, kKernelBytes, [](KernelRig& r) {
+    sentinel::cuda::reduce_into_slot(r.bf16.data_ptr(), r.bf16.numel(), DType::kBFloat16, r.slot, &r.probe, r.stream);
+  });
+}
+
+// The ceiling: a copy reads and writes every byte, so it moves twice the bytes of a reduction.
+void BM_DeviceCopy(benchmark::State& state) {
+  run_kernel_case(state, 2 * kKernelBytes, [](KernelRig& r) {
+    cuda_check(cudaMemcpyAsync(r.copy_dst, r.f32.data_ptr(), kKernelBytes, cudaMemcpyDeviceToDevice, r.stream),
+               "cudaMemcpyAsync");
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPT-2 training step
+
+// GPT-2 small at batch 8 x 512 tokens (half the 1024 context): activations, the float32 logits
+// for the loss and their gradients take a few GiB, well within one H100; 512 keeps a step short
+// enough that ten timed steps per case finish quickly.
+constexpr int64_t kBatch = 8, kSeq = 512;
+constexpr int kWarmUpSteps = 3;  // cuBLAS handles, the caching allocator's pools, AdamW's state
+
+struct Gpt2Rig {
+  Gpt2Rig() : model((torch::manual_seed(0), bench::Gpt2Config{})) {
+    model->to(torch::kCUDA, torch::kBFloat16);
+    // Made after the move so its state is created on the device, in bf16, at the first step.
+    optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+    const auto ids_options = torch::TensorOptions().dtype(torch::kLong).device(torch::kCUDA);
+    ids = torch::randint(model->config.vocab, {kBatch, kSeq}, ids_options);
+    targets = torch::randint(model->config.vocab, {kBatch * kSeq}, ids_options);
+  }
+
+  // Cross-entropy in float32, as mixed-precision loops compute it: bf16 logits over 50k classes
+  // lose too much in log-softmax.
+  torch::Tensor loss() {
+    auto logits = model->forward(ids);
+    return torch::nn::functional::cross_entropy(logits.view({-1, model->config.vocab}).to(torch::kFloat32),
+                                                targets);
+  }
+
+  void step() {
+    optimizer->zero_grad();
+    loss().backward();
+    optimizer->step();
+  }
+
+  bench::Gpt2 model;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  torch::Tensor ids, targets;
+};
+
+// Runs `step` untimed kWarmUpSteps times, then once per iteration, each waited for: the time
+// is a whole step as the host sees it, including the watchdog's read-backs.
+template <class Step>
+void time_steps(benchmark::State& state, Step&& step) {
+  for (int i = 0; i < kWarmUpSteps; ++i) step();
+  torch::cuda::synchronize();
+  for (auto _ : state) {
+    step();
+    torch::cuda::synchronize();
+  }
+}
+
+double per_step(int64_t total, const benchmark::State& state) {
+  return state.iterations() > 0 ? static_cast<double>(total) / static_cast<double>(state.iterations()) : 0.0;
+}
+
+void BM_Gpt2StepUnwatched(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  try {
+    Gpt2Rig rig;
+    time_steps(state, [&] { rig.step(); });
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_Gpt2StepWatched(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  try {
+    Gpt2Rig rig;
+    std::ostringstream out;  // a report, if any, is kept here; the watchdog would throw anyway
+    sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out));
+    auto watched_step = [&] {
+      rig.optimizer->zero_grad();
+      auto batch = watch.batch();
+      auto loss = rig.loss();
+      watch.backward(loss);  // gradients checked before the optimizer can spread a bad one
+      batch.finish();
+      rig.optimizer->step();
+    };
+    // Warm-up steps run watched too (the device ring is made then), so count from here.
+    for (int i = 0; i < kWarmUpSteps; ++i) watched_step();
+    torch::cuda::synchronize();
+    const sentinel::DeviceCounters before = watch.device_counters();
+    for (auto _ : state) {
+      watched_step();
+      torch::cuda::synchronize();
+    }
+    const sentinel::DeviceCounters after = watch.device_counters();
+    state.counters["readbacks_per_step"] = per_step(after.readbacks - before.readbacks, state);
+    state.counters["deferred_frames_per_step"] = per_step(after.frames_deferred - before.frames_deferred, state);
+    // Zero here would mean the tensors were read on the host, not by the kernels.
+    state.counters["device_tensors_per_step"] =
+        per_step(after.tensors_read_on_device - before.tensors_read_on_device, state);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_Gpt2StepHfStyle(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  try {
+    Gpt2Rig rig;
+    int64_t host_syncs = 0;
+    double sink = 0;
+    // One tensor as HF's analyse_variable sees it: |x|'s min and max formatted into the frame,
+    // then detect_overflow's isnan().any() and isinf().any(), each a read-back.
+    auto hf_stats = [&](const torch::Tensor& t) {
+      auto a = t.abs();
+      sink += a.min().item<double>() + a.max().item<double>();
+      sink += static_cast<double>(torch::isnan(t).any().item<bool>()) +
+              static_cast<double>(torch::isinf(t).any().item<bool>());
+      host_syncs += 4;
+    };
+    bench::Gpt2Hook hook = [&](const std::string&, torch::nn::Module& m, const torch::Tensor& in,
+                               const torch::Tensor& out) {
+      torch::NoGradGuard no_grad;  // the checks are not part of the graph to differentiate
+      for (const auto& p : m.named_parameters(/*recurse=*/false)) hf_stats(p.value());
+      hf_stats(in);
+      hf_stats(out);
+    };
+    rig.model->set_hook(&hook);
+    for (int i = 0; i < kWarmUpSteps; ++i) rig.step();
+    torch::cuda::synchronize();
+    host_syncs = 0;
+    for (auto _ : state) {
+      rig.step();
+      torch::cuda::synchronize();
+    }
+    rig.model->set_hook(nullptr);
+    benchmark::DoNotOptimize(sink);
+    state.counters["host_syncs_per_step"] = per_step(host_syncs, state);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// Kernel cases: manual (event) time. Step cases: a fixed count of steps after the warm-up inside
+// each case, wall clock, since the host waits on the GPU and CPU time would miss that.
+BENCHMARK(BM_StatsKernel)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsKernelBf16)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsKernelWithProbe)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DeviceCopy)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepUnwatched)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepWatched)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepHfStyle)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,115 @@
+// Tensors read where they live: entries of device tensors are reduced there without waiting, and
+// their frames wait in `deferred` until one read-back fills them (src/device/).
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+
+#include "core/entry_builder.h"
+#include "core/watchdog_impl.h"
+
+namespace sentinel {
+
+using core::EntryRecord;
+using core::FrameRecord;
+using core::Role;
+
+namespace {
+
+// Slots one read-back can cover: every entry of the frames a read-back waits for, twice over.
+int64_t ring_capacity(const Options& o) {
+  return std::min<int64_t>(int64_t{1} << 20, 2 * (core::FrameRecord::kMaxEntries + 2) * o.device_readback_frames() + 1024);
+}
+
+}  // namespace
+
+device::StatsDevice* Watchdog::Impl::device_for(const at::Tensor& t) {
+  if (!t.defined()) return nullptr;
+  if (!device_tried) {
+    if (auto factory = device::device_factory_for_testing()) {
+      device_tried = true;
+      device = factory(ring_capacity(opts));
+    } else if (t.is_cuda() && opts.watch_cuda()) {
+      device_tried = true;
+      std::string why;
+      device = device::make_cuda_device(ring_capacity(opts), &why);
+      if (!device) opts.output() << "sentinel: CUDA tensors are not read: " << why << "\n" << std::flush;
+    }
+  }
+  return device && device->owns(t) ? device.get() : nullptr;
+}
+
+EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
+                                       bool headroom, const fp8::Role* fp8_role) {
+  device::StatsDevice* dev = device_for(t);
+  if (!dev) {
+    if (fp8_role && t.defined()) {
+      return core::probe_entry(fp8, t, f.place, *fp8_role, f.batch_number, places, role, index);
+    }
+    return core::tensor_entry(stats_cache, t, role, index, sub, headroom);
+  }
+  EntryRecord e = core::make_entry(role, index, sub);
+  stats::Readability r = dev->readability(t);
+  if (r == stats::Readability::Read && dev->capturing()) r = stats::Readability::CapturedInGraph;
+  core::set_readability(e, t, r);
+  if (r != stats::Readability::Read) {
+    ++device_counters.tensors_skipped_on_device;
+    return e;
+  }
+  device::Request request;
+  request.headroom = headroom;
+  int64_t slot;
+  if (f.has_room(role)) {
+    slot = e.pending_slot = deferred.take_slot();
+  } else {
+    // No room to show it: it shares its role's slot, which still tells whether it was finite.
+    int64_t& shared = f.omitted_slot[role == Role::Output ? 1 : 0];
+    request.accumulate = shared >= 0;
+    if (shared < 0) shared = deferred.take_slot();
+    slot = shared;
+  }
+  const auto dtype = t.scalar_type();
+  if (fp8_role && (dtype == c10::kFloat || dtype == c10::kHalf || dtype == c10::kBFloat16)) {
+    const auto target = fp8.target(f.place, *fp8_role, f.batch_number, places);
+    request.probe = target.params;
+    request.probe_scale = target.scale;
+    request.probe_format = target.format;
+    deferred.note_probe(device::PendingProbe{slot, f.place, *fp8_role});
+  }
+  try {
+    dev->enqueue(t, slot, request);
+  } catch (const std::exception& error) {
+    // The model's own op must not fail because its statistics could not be started.
+    opts.output() << error.what() << " (the tensor is skipped)\n" << std::flush;
+    e.pending_slot = -1;
+    core::set_readability(e, t, stats::Readability::NotOnCpu);
+    ++device_counters.tensors_skipped_on_device;
+    return e;
+  }
+  e.has_headroom = headroom;
+  f.pending = true;
+  ++device_counters.tensors_read_on_device;
+  return e;
+}
+
+void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current) {
+  if (!lock.owns_lock()) lock.lock();
+  if (!device || deferred.empty() || device->capturing()) return;  // nothing may wait inside a capture
+  const int64_t syncs_before = device->synchronisations();
+  auto frames = deferred.resolve(*device, [&](const device::PendingProbe& p, const device::SlotResult& r) {
+    fp8.add_result(p.place, p.role, r.stats, r.probe);
+  });
+  device_counters.readbacks += device->synchronisations() - syncs_before;
+  for (size_t i = 0; i < frames.size() && !stopped; ++i) {  // after a trip that stops the run: no more
+    detecting_late = !(last_is_current && i + 1 == frames.size());
+    process_frame(frames[i], lock);
+    if (!lock.owns_lock()) lock.lock();
+  }
+  detecting_late = false;
+}
+
+DeviceCounters Watchdog::device_counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->device_counters;
+}
+
+}  // namespace sentinel

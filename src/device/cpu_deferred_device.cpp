@@ -1,0 +1,100 @@
+// A device that defers like a GPU without being one: each tensor is read on the CPU when it is
+// enqueued (as a kernel on the op's stream reads it right after the op), but its numbers stay
+// hidden until read_back() publishes the slot range. The watchdog cannot tell it from the CUDA
+// device, so the deferred machinery is exercised on any machine.
+#include <ATen/core/Tensor.h>
+#include <sentinel/errors.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "device/stats_device.h"
+#include "stats/fp8_probe.h"
+
+namespace sentinel {
+namespace device {
+namespace {
+
+void add_into(SlotResult& into, const SlotResult& r) {
+  TensorStats& s = into.stats;
+  s.count += r.stats.count;
+  s.nan += r.stats.nan;
+  s.pos_inf += r.stats.pos_inf;
+  s.neg_inf += r.stats.neg_inf;
+  s.zeros += r.stats.zeros;
+  s.subnormal += r.stats.subnormal;
+  s.abs_min = std::min(s.abs_min, r.stats.abs_min);
+  s.abs_max = std::max(s.abs_max, r.stats.abs_max);
+  into.headroom.fp16_overflow += r.headroom.fp16_overflow;
+  into.headroom.fp16_underflow += r.headroom.fp16_underflow;
+  into.headroom.bf16_overflow += r.headroom.bf16_overflow;
+  into.headroom.bf16_underflow += r.headroom.bf16_underflow;
+  stats::Fp8ProbeResult& p = into.probe;
+  p.count += r.probe.count;
+  p.overflow += r.probe.overflow;
+  p.underflow += r.probe.underflow;
+  p.sum_sq_error += r.probe.sum_sq_error;
+  p.sum_x_q += r.probe.sum_x_q;
+  p.sum_x_sq += r.probe.sum_x_sq;
+  p.sum_q_sq += r.probe.sum_q_sq;
+}
+
+class CpuDeferredDevice final : public StatsDevice {
+ public:
+  explicit CpuDeferredDevice(int64_t capacity) : computed_(capacity), published_(capacity) {
+    if (capacity <= 0) throw InputError("sentinel: a deferred device needs capacity > 0, got " + std::to_string(capacity));
+  }
+  bool owns(const at::Tensor& t) const override { return t.defined() && t.device().is_cpu(); }
+  stats::Readability readability(const at::Tensor& t) const override { return stats::compute_readability(t); }
+
+  void enqueue(const at::Tensor& t, int64_t slot, const Request& request) override {
+    SlotResult r;
+    if (request.probe) {
+      stats::compute_with_fp8_probe(t, request.probe_scale, request.probe_format, r.stats, r.probe);
+    } else {
+      stats::compute(t, r.stats);
+    }
+    if (request.headroom) stats::compute_headroom(t, r.headroom);
+    SlotResult& into = computed_[index(slot)];
+    if (!request.accumulate) into = SlotResult{};
+    add_into(into, r);
+  }
+
+  void read_back(int64_t first, int64_t end) override {
+    if (end - first > capacity()) {
+      throw Error("sentinel: " + std::to_string(end - first) + " slots to read back from a ring of " +
+                  std::to_string(capacity()));
+    }
+    for (int64_t s = first; s < end; ++s) {
+      published_[index(s)] = computed_[index(s)];
+      computed_[index(s)] = SlotResult{};  // reused zeroed, as the CUDA ring is
+    }
+    ++synchronisations_;
+  }
+  SlotResult result(int64_t slot) const override { return published_[index(slot)]; }
+  int64_t capacity() const override { return static_cast<int64_t>(computed_.size()); }
+  int64_t synchronisations() const override { return synchronisations_; }
+
+ private:
+  size_t index(int64_t slot) const { return static_cast<size_t>(slot % capacity()); }
+  std::vector<SlotResult> computed_;   // what the "device" holds
+  std::vector<SlotResult> published_;  // what the host has read back
+  int64_t synchronisations_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StatsDevice> make_cpu_deferred_device(int64_t capacity) {
+  return std::make_unique<CpuDeferredDevice>(capacity);
+}
+
+namespace {
+std::atomic<DeviceFactory> testing_factory{nullptr};
+}
+
+void set_device_factory_for_testing(DeviceFactory factory) { testing_factory.store(factory); }
+DeviceFactory device_factory_for_testing() { return testing_factory.load(); }
+
+}  // namespace device
+}  // namespace sentinel

@@ -1,0 +1,191 @@
+// The CUDA device: each tensor is reduced by one kernel launch on its current stream into a slot
+// of a per-GPU ring (cuda/), and a range of slots is copied back to pinned memory with one wait.
+// Slots are zeroed once when the ring is made and again after each read-back, so a launch needs
+// no reset of its own. Built only where LibTorch has CUDA; elsewhere compiled for its syntax.
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <sentinel/errors.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/device_stats.h"
+#include "device/stats_device.h"
+
+namespace sentinel {
+namespace device {
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(std::string("sentinel: CUDA ") + what + " failed: " + cudaGetErrorString(status));
+  }
+}
+
+bool kernel_dtype(c10::ScalarType t, cuda::DType& out) {
+  switch (t) {
+    case c10::ScalarType::Float: out = cuda::DType::kFloat32; return true;
+    case c10::ScalarType::Half: out = cuda::DType::kFloat16; return true;
+    case c10::ScalarType::BFloat16: out = cuda::DType::kBFloat16; return true;
+#if __has_include(<c10/util/Float8_e4m3fn.h>)
+    case c10::ScalarType::Float8_e4m3fn: out = cuda::DType::kFloat8E4M3; return true;
+    case c10::ScalarType::Float8_e5m2: out = cuda::DType::kFloat8E5M2; return true;
+#endif
+    default: return false;
+  }
+}
+
+// One GPU's ring, and the streams that launched into it since its slots were last zeroed: they
+// must see that zeroing (made on the read-back stream) before their next launch.
+struct GpuRing {
+  std::unique_ptr<cuda::DeviceRing> ring;
+  cudaEvent_t zeroed = nullptr;
+  cudaStream_t zeroed_on = nullptr;
+  std::vector<cudaStream_t> launch_streams;  // since the last read-back
+  std::vector<cudaStream_t> waited;          // have waited for `zeroed`
+  bool used = false;
+};
+
+class CudaStatsDevice final : public StatsDevice {
+ public:
+  CudaStatsDevice(int64_t capacity, int devices)
+      : capacity_(capacity), gpus_(devices), owner_(capacity, -1), probe_scale_(capacity, 0.0f) {}
+  ~CudaStatsDevice() override {
+    for (auto& g : gpus_) {
+      if (g.zeroed) cudaEventDestroy(g.zeroed);
+    }
+  }
+
+  bool owns(const at::Tensor& t) const override { return t.defined() && t.is_cuda(); }
+
+  stats::Readability readability(const at::Tensor& t) const override {
+    const auto r = stats::compute_readability(t);
+    if (r != stats::Readability::NotOnCpu) return r;  // undefined, sparse, meta, ...
+    if (t.numel() == 0) return stats::Readability::Empty;
+    cuda::DType d;
+    if (!kernel_dtype(t.scalar_type(), d)) return stats::Readability::DeviceDtype;
+    if (!t.is_non_overlapping_and_dense()) return stats::Readability::DeviceStrided;
+    return stats::Readability::Read;
+  }
+
+  bool capturing() const override {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream(), &status);
+    return status != cudaStreamCaptureStatusNone;
+  }
+
+  void enqueue(const at::Tensor& t, int64_t slot, const Request& request) override {
+    const c10::DeviceIndex index = t.device().index();
+    c10::cuda::CUDAGuard on_device(index);
+    GpuRing& g = gpu(index);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(index).stream();
+    if (std::find(g.launch_streams.begin(), g.launch_streams.end(), stream) == g.launch_streams.end()) {
+      g.launch_streams.push_back(stream);
+    }
+    if (g.zeroed && stream != g.zeroed_on && std::find(g.waited.begin(), g.waited.end(), stream) == g.waited.end()) {
+      check(cudaStreamWaitEvent(stream, g.zeroed, 0), "wait for the zeroed result ring");
+      g.waited.push_back(stream);
+    }
+    cuda::DType dtype = cuda::DType::kFloat32;
+    if (!kernel_dtype(t.scalar_type(), dtype)) {
+      throw Error(std::string("sentinel: no device reduction for dtype ") + c10::toString(t.scalar_type()));
+    }
+    // Dense (possibly permuted) memory: [data_ptr, data_ptr + numel) holds exactly its elements.
+    cuda::reduce_into_slot(t.data_ptr(), t.numel(), dtype, g.ring->device_slot(slot), request.probe, stream,
+                           request.headroom, /*reset_slot=*/false);
+    owner_[static_cast<size_t>(slot % capacity_)] = index;
+    probe_scale_[static_cast<size_t>(slot % capacity_)] = request.probe ? request.probe_scale : 0.0f;
+    g.used = true;
+  }
+
+  void read_back(int64_t first, int64_t end) override {
+    if (end - first > capacity_) {
+      throw Error("sentinel: " + std::to_string(end - first) + " slots to read back from a ring of " +
+                  std::to_string(capacity_));
+    }
+    results_.assign(static_cast<size_t>(capacity_), SlotResult{});
+    bool waited = false;
+    for (size_t d = 0; d < gpus_.size(); ++d) {
+      GpuRing& g = gpus_[d];
+      if (!g.used || end <= first) continue;
+      const auto index = static_cast<c10::DeviceIndex>(d);
+      c10::cuda::CUDAGuard on_device(index);
+      const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(index).stream();
+      // Kernels launched on other streams are ordered before the copy by events, not by waiting.
+      for (cudaStream_t other : g.launch_streams) {
+        if (other == stream) continue;
+        cudaEvent_t done = nullptr;
+        check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "creation of an ordering event");
+        check(cudaEventRecord(done, other), "record of an ordering event");
+        check(cudaStreamWaitEvent(stream, done, 0), "wait for another stream's statistics");
+        cudaEventDestroy(done);
+      }
+      g.ring->copy_back_async(first, end - first, stream);
+      g.ring->reset_async(first, end - first, stream);
+      if (!g.zeroed) check(cudaEventCreateWithFlags(&g.zeroed, cudaEventDisableTiming), "creation of the ring event");
+      check(cudaEventRecord(g.zeroed, stream), "record of the ring event");
+      g.zeroed_on = stream;
+      g.waited.clear();
+      for (int64_t s = first; s < end; ++s) {
+        const size_t i = static_cast<size_t>(s % capacity_);
+        if (owner_[i] != index) continue;
+        const cuda::DeviceSlot& raw = g.ring->wait_and_read(s);
+        SlotResult& r = results_[i];
+        r.stats = cuda::decode_stats(raw);
+        r.headroom = cuda::decode_headroom(raw);
+        if (probe_scale_[i] != 0.0f) r.probe = cuda::decode_probe(raw, probe_scale_[i]);
+        owner_[i] = -1;
+      }
+      g.launch_streams.clear();
+      g.used = false;
+      waited = true;
+    }
+    synchronisations_ += waited;
+  }
+
+  SlotResult result(int64_t slot) const override {
+    return results_.empty() ? SlotResult{} : results_[static_cast<size_t>(slot % capacity_)];
+  }
+  int64_t capacity() const override { return capacity_; }
+  int64_t synchronisations() const override { return synchronisations_; }
+
+ private:
+  GpuRing& gpu(c10::DeviceIndex index) {
+    if (index < 0 || static_cast<size_t>(index) >= gpus_.size()) {
+      throw Error("sentinel: CUDA device " + std::to_string(index) + " is not among the " +
+                  std::to_string(gpus_.size()) + " devices seen when the watchdog was made");
+    }
+    GpuRing& g = gpus_[static_cast<size_t>(index)];
+    if (!g.ring) g.ring = std::make_unique<cuda::DeviceRing>(capacity_, index);  // once per GPU
+    return g;
+  }
+
+  int64_t capacity_;
+  std::vector<GpuRing> gpus_;
+  std::vector<int> owner_;          // the GPU whose ring holds a slot, -1 when none
+  std::vector<float> probe_scale_;  // the FP8 scale of a probed slot, 0 when not probed
+  std::vector<SlotResult> results_;
+  int64_t synchronisations_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StatsDevice> make_cuda_device(int64_t capacity, std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    if (why) *why = status != cudaSuccess ? cudaGetErrorString(status) : "no CUDA device";
+    cudaGetLastError();
+    return nullptr;
+  }
+  return std::make_unique<CudaStatsDevice>(capacity, count);
+}
+
+}  // namespace device
+}  // namespace sentinel

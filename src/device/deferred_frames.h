@@ -1,0 +1,84 @@
+#pragma once
+// Frames whose numbers are still on a device. They wait here, outside the bounded frame ring and
+// in the order they were made, until one read-back fills them all; only then do they go through
+// the ring and detection, so the first non-finite frame is found exactly and the frames before
+// it are the ones a report shows, however many frames the read-back waited for.
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include <sentinel/fp8.h>
+
+#include "core/frame_record.h"
+#include "device/stats_device.h"
+
+namespace sentinel {
+namespace device {
+
+// An FP8-probed slot: its numbers belong to this (place, role) of the open step as well.
+struct PendingProbe {
+  int64_t slot;
+  uint32_t place;
+  fp8::Role role;
+};
+
+class DeferredFrames {
+ public:
+  int64_t take_slot() { return next_slot_++; }
+  int64_t slots_in_flight() const { return next_slot_ - first_unread_; }
+  bool empty() const { return frames_.empty(); }
+  size_t size() const { return frames_.size(); }
+  void push(const core::FrameRecord& f) {
+    frames_.emplace_back();
+    frames_.back().assign(f);
+  }
+  void note_probe(const PendingProbe& p) { probes_.push_back(p); }
+
+  // Reads back every slot in flight (one wait) and fills the waiting frames; returns them in the
+  // order they were made, and the probed slots' numbers through `on_probe(probe, result)`.
+  template <typename OnProbe>
+  std::vector<core::FrameRecord> resolve(StatsDevice& device, OnProbe&& on_probe) {
+    std::vector<core::FrameRecord> out;
+    if (slots_in_flight() > 0) device.read_back(first_unread_, next_slot_);
+    first_unread_ = next_slot_;
+    out.reserve(frames_.size());
+    for (auto& f : frames_) {
+      fill(device, f);
+      out.emplace_back();
+      out.back().assign(f);
+    }
+    for (const auto& p : probes_) on_probe(p, device.result(p.slot));
+    frames_.clear();
+    probes_.clear();
+    return out;
+  }
+
+ private:
+  static void fill(const StatsDevice& device, core::FrameRecord& f) {
+    if (!f.pending) return;
+    for (int i = 0; i < f.entry_count; ++i) {
+      core::EntryRecord& e = f.entries[i];
+      if (e.pending_slot < 0) continue;
+      const SlotResult r = device.result(e.pending_slot);
+      e.stats = r.stats;
+      if (e.has_headroom) e.headroom = r.headroom;
+      e.pending_slot = -1;
+      if (!e.stats.finite()) (e.role == core::Role::Output ? f.outputs_finite : f.inputs_finite) = false;
+    }
+    for (int role = 0; role < 2; ++role) {
+      if (f.omitted_slot[role] >= 0 && !device.result(f.omitted_slot[role]).stats.finite()) {
+        (role == 1 ? f.outputs_finite : f.inputs_finite) = false;
+      }
+      f.omitted_slot[role] = -1;
+    }
+    f.pending = false;
+  }
+
+  std::deque<core::FrameRecord> frames_;
+  std::vector<PendingProbe> probes_;
+  int64_t next_slot_ = 0;
+  int64_t first_unread_ = 0;
+};
+
+}  // namespace device
+}  // namespace sentinel

@@ -197,4 +197,74 @@ TEST(Underflow, SubnormalsAreCountedAndShownWithoutBreakingHfColumns) {
   EXPECT_NE(out.str().find("1.00e+00 1.00e+00 input[0]\n"), std::string::npos) << out.str();
 }
 
+// Watching never changes results, in training: the same seeded run unwatched and watched, in
+// this process, gives the same losses and the same weights bit for bit.
+TEST(Backward, WatchingATrainingRunChangesNoLossAndNoWeight) {
+  auto train = [](bool watched) {
+    torch::manual_seed(0);
+    TwoBlocks model;
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    std::ostringstream out;
+    std::unique_ptr<sentinel::Watchdog> watch;
+    if (watched) watch = std::make_unique<sentinel::Watchdog>(model.ptr(), sentinel::Options().output(out));
+    std::vector<torch::Tensor> results;
+    for (int step = 0; step < 4; ++step) {
+      optimizer.zero_grad();
+      std::optional<sentinel::BatchGuard> batch;
+      if (watch) batch.emplace(watch->batch());
+      auto loss = model->forward(small_input(4, 4, 1.0 + step)).pow(2).mean();
+      if (watch) watch->backward(loss); else loss.backward();
+      if (batch) batch->finish();
+      optimizer.step();
+      results.push_back(loss.detach().clone());
+    }
+    for (const auto& p : model->parameters()) results.push_back(p.detach().clone());
+    return results;
+  };
+  const auto unwatched = train(false);
+  const auto watched = train(true);
+  ASSERT_EQ(watched.size(), unwatched.size());
+  for (size_t i = 0; i < watched.size(); ++i) EXPECT_TRUE(torch::equal(watched[i], unwatched[i])) << "result " << i;
+}
+
+// Leaves NaN bits in freed memory of `n` floats, unseen by the watchdog (raw writes).
+void free_nan_block(int64_t n) {
+  auto junk = torch::empty({n});
+  std::fill_n(junk.data_ptr<float>(), n, std::numeric_limits<float>::quiet_NaN());
+}
+
+// Buffers an op leaves uninitialized (empty_like in a forward, new_empty_strided inside
+// AsStridedBackward) hold whatever bits the allocator had: never read, never a trip. A NaN-filled
+// block of the same size is freed first, so that the buffers most likely reuse its NaN memory.
+TEST(Backward, UninitializedBuffersAreNotRead) {
+  struct BufferImpl : torch::nn::Module {
+    BufferImpl() { fc = register_module("fc", torch::nn::Linear(4, 256)); }
+    torch::Tensor forward(torch::Tensor x) {
+      auto h = fc(x);
+      free_nan_block(h.numel());
+      auto buffer = torch::empty_like(h);
+      buffer.copy_(h);
+      return buffer.as_strided({2, 128}, {256, 2}).sum();
+    }
+    torch::nn::Linear fc{nullptr};
+  };
+  torch::manual_seed(0);
+  auto model = std::make_shared<BufferImpl>();
+  std::ostringstream out;
+  sentinel::Watchdog watch(model, sentinel::Options().output(out).max_frames_to_save(100));
+  for (int step = 0; step < 3; ++step) {
+    auto batch = watch.batch();
+    free_nan_block(2 * 256);
+    watch.backward(model->forward(small_input()));
+    batch.finish();
+  }
+  EXPECT_FALSE(watch.last_report().has_value()) << out.str();
+  bool saw_as_strided_backward = false;
+  for (const auto& f : watch.saved_frames()) {
+    EXPECT_NE(f.op, "aten::empty_like");
+    saw_as_strided_backward = saw_as_strided_backward || f.op.rfind("AsStridedBackward", 0) == 0;
+  }
+  EXPECT_TRUE(saw_as_strided_backward);
+}
+
 }  // namespace

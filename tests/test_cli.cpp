@@ -116,7 +116,9 @@ TEST(Cli, BadInputGetsAClearMessageAndItsOwnExitCode) {
       {run_args("mlp_scripted.pt", "empty_list.pt"), 4, "holds no batches"},
       {run_args("mlp_scripted.pt", "two_input_batches.pt"), 4, "the model failed on batch 0"},
       {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --max-frames 0", 2, "--max-frames"},
-      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches 1,x", 2, "--trace-batches"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches 1,x", 2, "'x' is not a batch number"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches a,b", 2, "--trace-batches"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --abort-after -3", 2, "'-3' is not a batch number"},
       {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --report-dir /proc/sentinel", 2, "/proc/sentinel"},
       {"run --inputs " + data_path("mlp_inputs_clean.pt"), 2, "--model is required"},
       {"frobnicate", 2, "frobnicate"},
@@ -126,6 +128,8 @@ TEST(Cli, BadInputGetsAClearMessageAndItsOwnExitCode) {
     EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("sentinel: sentinel:"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("0000000000"), std::string::npos) << "a bound printed in full: " << r.output;
   }
 }
 

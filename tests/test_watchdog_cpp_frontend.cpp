@@ -270,4 +270,17 @@ TEST(CppFrontend, OpsOutsideABatchAreNotWatched) {
   EXPECT_NO_THROW(debug.check());
 }
 
+// Watching never changes results: unwatched then watched, in this process, bit for bit.
+TEST(CppFrontend, WatchedForwardEqualsUnwatchedBitForBit) {
+  torch::manual_seed(0);
+  TwoBlocks model;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> inputs, unwatched;
+  for (int b = 0; b < 3; ++b) inputs.push_back(torch::randn({5, 4}) * (b + 1));
+  for (const auto& x : inputs) unwatched.push_back(model->forward(x));
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out).headroom(true));
+  for (size_t b = 0; b < inputs.size(); ++b) EXPECT_TRUE(torch::equal(debug.forward(inputs[b]), unwatched[b])) << b;
+}
+
 }  // namespace

@@ -58,23 +58,49 @@ TEST(TorchScript, FramePathsAreNamedModulesPathsIncludingModuleListContainers) {
   }
 }
 
-TEST(TorchScript, WatchedOutputsEqualPythonsBitForBit) {
+// Watching never changes results: the same model and batches, unwatched then watched, in this
+// process (so the same BLAS kernels), bit for bit.
+TEST(TorchScript, WatchedOutputsEqualUnwatchedBitForBit) {
+  auto model = torch::jit::load(data_path("mlp_scripted.pt"));
+  auto batches = sentinel::cli::load_batches(data_path("mlp_inputs_clean.pt"));
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> unwatched;
+  for (auto& b : batches) unwatched.push_back(model.forward(b).toTensor());
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    auto y = debug.forward(batches[i]).toTensor();
+    EXPECT_TRUE(torch::equal(y, unwatched[i])) << "batch " << i;
+  }
+}
+
+// Against Python's own run of the same archive. Python computed these on another machine, whose
+// BLAS may choose other kernels (a float32 GEMM then rounds differently in the last bits), so
+// they agree to a stated tolerance, not bit for bit.
+TEST(TorchScript, WatchedOutputsMatchPythonsWithinRounding) {
+  constexpr double kRelative = 1e-5, kAbsolute = 1e-6;  // ~100 float32 ulps of these magnitudes
   auto model = torch::jit::load(data_path("mlp_scripted.pt"));
   auto batches = sentinel::cli::load_batches(data_path("mlp_inputs_clean.pt"));
   std::ostringstream out;
   sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
   torch::NoGradGuard no_grad;
   const auto all = expected();
-  const auto& cases = all["cases"];
-  for (const auto& c : cases) {
+  int compared = 0;
+  for (const auto& c : all["cases"]) {
     if (c["model"] != "mlp_scripted.pt" || c["inputs"] != "mlp_inputs_clean.pt") continue;
     for (const auto& b : c["batches"]) {
       auto y = debug.forward(batches[b["index"].get<size_t>()]).toTensor();
       auto want = b["fp32"]["values"];
-      for (int64_t i = 0; i < y.size(0); ++i)
-        for (int64_t j = 0; j < y.size(1); ++j) EXPECT_EQ(y[i][j].item<float>(), want[i][j].get<float>());
+      for (int64_t i = 0; i < y.size(0); ++i) {
+        for (int64_t j = 0; j < y.size(1); ++j) {
+          const double got = y[i][j].item<float>(), w = want[i][j].get<double>();
+          EXPECT_NEAR(got, w, kAbsolute + kRelative * std::fabs(w)) << "batch " << b["index"] << " [" << i << "][" << j << "]";
+          ++compared;
+        }
+      }
     }
   }
+  EXPECT_GT(compared, 0);
 }
 
 TEST(TorchScript, OverflowIsFoundInTheModulePythonHooksName) {

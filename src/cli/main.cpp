@@ -10,13 +10,36 @@
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "cli/demo_model.h"
 #include "cli/fp8_demo.h"
 #include "cli/run_command.h"
 
 namespace {
+
+// A batch number: a non-negative integer. (CLI11's NonNegativeNumber names its upper bound, the
+// largest double, in full: a 300-digit number in the message.)
+const CLI::Validator kBatchNumber(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || errno == ERANGE || v < 0) {
+        return "'" + text + "' is not a batch number (a non-negative integer)";
+      }
+      return {};
+    },
+    "BATCH");
+
+// Errors from the library already begin with "sentinel: ".
+std::string message(const std::exception& e) {
+  const std::string text = e.what();
+  return text.rfind("sentinel: ", 0) == 0 ? text : "sentinel: " + text;
+}
 
 struct CommonFlags {
   int64_t max_frames = 21;
@@ -30,8 +53,8 @@ struct CommonFlags {
         ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
     app->add_option("--trace-batches", trace_batches, "batches to trace frame by frame, e.g. 1,3 (0-indexed)")
         ->delimiter(',')
-        ->check(CLI::NonNegativeNumber);
-    app->add_option("--abort-after", abort_after, "stop after this batch (0-indexed)")->check(CLI::NonNegativeNumber);
+        ->check(kBatchNumber);
+    app->add_option("--abort-after", abort_after, "stop after this batch (0-indexed)")->check(kBatchNumber);
     app->add_option("--report-dir", report_dir, "write the report as .txt and .json into this directory");
     app->add_flag("--warn", warn, "report inf/nan and keep running instead of stopping");
   }
@@ -90,10 +113,10 @@ int main(int argc, char** argv) {
     auto model = sentinel::demo::make_t5_encoder();
     return sentinel::cli::run_batches(model, sentinel::demo::make_batches(), options);
   } catch (const sentinel::OptionError& e) {
-    std::cerr << "sentinel: " << e.what() << "\n";
+    std::cerr << message(e) << "\n";
     return sentinel::cli::kUsageError;
   } catch (const sentinel::InputError& e) {
-    std::cerr << "sentinel: " << e.what() << "\n";
+    std::cerr << message(e) << "\n";
     return sentinel::cli::kInputError;
   } catch (const std::exception& e) {
     std::cerr << "sentinel: internal error: " << e.what() << "\n";

@@ -113,8 +113,10 @@ uint32_t ModelIndex::place_for_hierarchy(const std::vector<std::string>& raw) {
     const std::string cls = (open == std::string::npos || close == std::string::npos)
                                 ? std::string()
                                 : short_class_name(entry.substr(open + 1, close - open - 1));
-    // Free functions appear as "::relu" or "(…)" with no instance name: not modules.
-    if (open == std::string::npos || instance.empty()) continue;
+    // Free functions appear as "::relu" or "(…)" with no instance name: not modules. A method
+    // calling another method of its own module (ResNet's forward calling _forward_impl,
+    // Conv2d's forward calling _conv_forward) appears as "SELF(Class)": the same module.
+    if (open == std::string::npos || instance.empty() || instance == "SELF") continue;
     auto join = [&](const std::string& a) { return path.empty() ? a : path + "." + a; };
     bool found = false;
     for (const auto& child : current.named_children()) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/entry_builder.h"
+#include "core/uninitialized_ops.h"
 #include "core/watchdog_impl.h"
 
 namespace sentinel {
@@ -64,6 +65,7 @@ void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::Thre
   if (stopped) return;
   at::DisableRecordFunctionGuard no_recursion;
   c10::InferenceMode no_autograd;
+  if (core::returns_uninitialized(fn.name())) return;  // a buffer the node fills next
   FrameRecord& f = ts.open_backward_frame;
   // What the node's own ops return is what it produces: the gradients it passes on.
   int next = f.outputs_seen;

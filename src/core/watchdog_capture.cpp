@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include "core/entry_builder.h"
+#include "core/uninitialized_ops.h"
 #include "core/watchdog_impl.h"
 #include "stats/tensor_stats.h"
 
@@ -53,14 +54,16 @@ const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t nam
       const auto* alias = r.alias_info();
       all_views = all_views && alias != nullptr && !alias->isWrite();
     }
-    info.skip = opts.skip_view_ops() && all_views;
+    info.skip = (opts.skip_view_ops() && all_views) || core::returns_uninitialized(fn.name());
     info.num_args = static_cast<int>(schema->arguments().size());
     info.num_returns = static_cast<int>(returns.size());
     info.tensor_args = 0;
     const auto& args = schema->arguments();
     for (size_t i = 0; i < args.size() && i < 64; ++i) {
       if (is_tensor_type(args[i].type())) info.tensor_args |= (1ull << i);
+      if (args[i].is_out()) info.overwritten_args |= (1ull << i);
     }
+    if (core::overwrites_self(fn.name())) info.overwritten_args |= 1;
   }
   return info;
 }
@@ -189,6 +192,13 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   }
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, f.op, strings.at(f.op), f.place, places) : 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
+      core::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
+      core::set_readability(e, inputs[i].toTensor(), stats::Readability::Overwritten);
+      if (params[i]) e.param_name = params[i]->name;
+      f.add(e);
+      continue;
+    }
     add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
               params[i]);
   }

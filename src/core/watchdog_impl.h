@@ -37,6 +37,7 @@ struct OpInfo {
   uint32_t display_name = 0;  // "aten::mul", as profilers show it (the cache key adds the overload)
   bool skip = false;            // a view: its output repeats its input's values
   uint64_t tensor_args = ~0ull; // bit i: argument i is a Tensor, Tensor? or Tensor[]
+  uint64_t overwritten_args = 0; // bit i: argument i is written without its old values being read
   // From the schema (-1: unknown). Boxed calls (the TorchScript interpreter) hand RecordFunction
   // the whole interpreter stack; the op's own arguments and results are its last entries.
   int num_args = -1;

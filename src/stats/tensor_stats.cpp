@@ -174,6 +174,7 @@ const char* describe(Readability r) {
     case Readability::DeviceStrided: return "strided view on device";
     case Readability::DeviceDtype: return "dtype not read on device";
     case Readability::CapturedInGraph: return "captured in cuda graph";
+    case Readability::Overwritten: return "overwritten";
   }
   return "?";
 }

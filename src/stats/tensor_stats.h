@@ -28,6 +28,9 @@ enum class Readability {
   DeviceStrided,    // a view with gaps (a slice): the kernel reads one dense span
   DeviceDtype,      // a dtype the kernel does not read (float64, integers, bool)
   CapturedInGraph,  // reduced inside a CUDA graph capture: its numbers exist only at replay
+  // An op's destination whose old values it never reads (copy_'s self, an out= argument): often
+  // uninitialized memory, so its bits mean nothing.
+  Overwritten,
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

@@ -9,9 +9,11 @@
 #include <benchmark/benchmark.h>
 #include <sentinel/sentinel.h>
 
+#include <optional>
 #include <sstream>
 
 #include "stats/fp8_probe.h"
+#include "stats/simd_level.h"
 #include "stats/tensor_stats.h"
 #include "transformer_model.h"
 
@@ -150,6 +152,21 @@ void BM_StatsPassWithFp8Probe(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
 }
 
+// The same two passes with each lower instruction-set level forced (simd_level.h), so that a
+// CPU's variants can be timed against each other: _baseline and _v3 (the AVX2 / x86-64-v3 code
+// that CPUs without AVX-512 run).
+template <void (*Case)(benchmark::State&), int Level>
+void at_level(benchmark::State& state) {
+  const auto level = static_cast<sentinel::stats::SimdLevel>(Level);
+  if (!sentinel::stats::cpu_supports(level)) {
+    state.SkipWithError("this CPU cannot run that level");
+    return;
+  }
+  sentinel::stats::force_simd_level_for_testing(level);
+  Case(state);
+  sentinel::stats::force_simd_level_for_testing(std::nullopt);
+}
+
 // Interleaved registration, repeated: each repetition measures the three back to back, so slow
 // drifts of the machine affect all three alike.
 BENCHMARK(BM_Unwatched)->Unit(benchmark::kMillisecond);
@@ -160,6 +177,10 @@ BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassWithFp8Probe)->Unit(benchmark::kMillisecond);
+BENCHMARK(at_level<BM_StatsPass, 1>)->Name("BM_StatsPass_v3")->Unit(benchmark::kMillisecond);
+BENCHMARK(at_level<BM_StatsPassWithFp8Probe, 1>)->Name("BM_StatsPassWithFp8Probe_v3")->Unit(benchmark::kMillisecond);
+BENCHMARK(at_level<BM_StatsPass, 0>)->Name("BM_StatsPass_baseline")->Unit(benchmark::kMillisecond);
+BENCHMARK(at_level<BM_StatsPassWithFp8Probe, 0>)->Name("BM_StatsPassWithFp8Probe_baseline")->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -6,16 +6,23 @@
 #include <sentinel/fp8.h>
 
 #include <cmath>
+#include <iostream>
+
+#include <sentinel/errors.h>
 
 #include "stats/fp8_probe.h"
 #include "stats/fp8_probe_math.h"
 #include "support/expect_stats.h"
 #include "stats/tensor_stats.h"
+#include "support/simd_levels.h"
 
 namespace {
 
 using sentinel::fp8::Format;
 using sentinel::stats::Fp8ProbeResult;
+using sentinel_test::at_every_simd_level;
+using sentinel_test::ForcedSimdLevel;
+using sentinel_test::runnable_simd_levels;
 
 struct Oracle {
   int64_t count = 0, overflow = 0, underflow = 0;
@@ -103,10 +110,12 @@ TEST_P(Fp8ProbeOracle, CountsExactAndErrorsMatchFloat64) {
   base[2][2] = std::nanf("");
   base[3][3] = 1e30f;
   auto t = base.to(c.dtype);
-  for (const auto& view : {t, t.t(), t.slice(1, 0, 515, 3)}) {
-    const Oracle o = expect_matches_oracle(view, c.scale, c.format);
-    EXPECT_GT(o.overflow + o.underflow, 0);  // the case exercises both
-  }
+  at_every_simd_level([&] {
+    for (const auto& view : {t, t.t(), t.slice(1, 0, 515, 3)}) {
+      const Oracle o = expect_matches_oracle(view, c.scale, c.format);
+      EXPECT_GT(o.overflow + o.underflow, 0);  // the case exercises both
+    }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -149,11 +158,33 @@ TEST(Fp8Probe, ThresholdsSitExactlyOnTheCastsBoundaries) {
 TEST(Fp8Probe, HugeAndTinyChunksMatchTheOracle) {
   torch::manual_seed(5);
   auto base = torch::randn({3 * 4096 + 77});
-  expect_matches_oracle(base * 1e25, 1.0f, Format::E4M3);
-  expect_matches_oracle(base * 1e-20, 1.0f, Format::E5M2);
-  expect_matches_oracle(base * 1e-20, 1e15f, Format::E4M3);  // scaled into range: the fast path
-  const Oracle o = expect_matches_oracle(base.abs() + 500.0f, 1.0f, Format::E4M3);  // every element overflows
-  EXPECT_EQ(o.overflow, o.count);
+  at_every_simd_level([&] {
+    expect_matches_oracle(base * 1e25, 1.0f, Format::E4M3);
+    expect_matches_oracle(base * 1e-20, 1.0f, Format::E5M2);
+    expect_matches_oracle(base * 1e-20, 1e15f, Format::E4M3);  // scaled into range: the fast path
+    const Oracle o = expect_matches_oracle(base.abs() + 500.0f, 1.0f, Format::E4M3);  // every element overflows
+    EXPECT_EQ(o.overflow, o.count);
+  });
+}
+
+// Every variant of the loops this CPU can run is forced by the tests above; the baseline always,
+// and a level the CPU cannot run is refused rather than crashing.
+TEST(SimdLevels, TheBaselineAndTheCpusBestLevelAreForcedAndOthersRefused) {
+  using sentinel::stats::SimdLevel;
+  const auto levels = runnable_simd_levels();
+  ASSERT_FALSE(levels.empty());
+  EXPECT_EQ(levels.front(), SimdLevel::Baseline);
+  EXPECT_EQ(levels.back(), sentinel::stats::simd_level()) << "the default is the CPU's best";
+  for (auto l : {SimdLevel::V3, SimdLevel::V4}) {
+    if (sentinel::stats::cpu_supports(l)) continue;
+    EXPECT_THROW(sentinel::stats::force_simd_level_for_testing(l), sentinel::InputError);
+    std::cout << "[ info ] this CPU cannot run " << sentinel::stats::to_string(l) << " code: that variant is untested here\n";
+  }
+  {
+    ForcedSimdLevel baseline(SimdLevel::Baseline);
+    EXPECT_EQ(sentinel::stats::simd_level(), SimdLevel::Baseline);
+  }
+  EXPECT_EQ(sentinel::stats::simd_level(), levels.back());
 }
 
 }  // namespace

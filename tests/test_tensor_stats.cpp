@@ -6,11 +6,13 @@
 #include <limits>
 
 #include "stats/tensor_stats.h"
+#include "support/simd_levels.h"
 
 namespace {
 
 using sentinel::TensorStats;
 using sentinel::stats::Readability;
+using sentinel_test::at_every_simd_level;
 
 // Independent oracle: torch converts to float64, then a plain loop counts. Subnormal thresholds
 // come from std::numeric_limits of the tensor's dtype (c10 provides them for Half and BFloat16).
@@ -78,6 +80,7 @@ class StatsOracle : public ::testing::TestWithParam<Case> {};
 
 TEST_P(StatsOracle, MatchesFloat64ReferenceOnEveryLayout) {
   const auto& c = GetParam();
+  at_every_simd_level([&] {
   torch::manual_seed(42);
   for (int variant = 0; variant < 6; ++variant) {
     auto base = make_values(c.dtype, c.shape, variant);
@@ -100,6 +103,7 @@ TEST_P(StatsOracle, MatchesFloat64ReferenceOnEveryLayout) {
       expect_equal(got, oracle(t), what);
     }
   }
+  });
 }
 
 std::vector<Case> cases() {

@@ -54,16 +54,17 @@ struct ProbeSums {
 // Returns false when a sum is not finite - an inf or NaN in the chunk, or a value whose square
 // overflows float - and the caller takes the exact path. Overflow is counted by the caller,
 // only in chunks whose abs max calls for it.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bool stats_and_probe_lanes(
-    const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
-    ProbeSums& out) {
+__attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, int64_t n, float min_normal,
+                                                                const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
+                                                                ProbeSums& out) {
   typedef float V __attribute__((vector_size(64)));
   typedef int32_t M __attribute__((vector_size(64)));
+  typedef uint32_t U __attribute__((vector_size(64)));  // bit arithmetic: wraps (inf's exponent + offset)
   typedef double D __attribute__((vector_size(64)));
   constexpr int L = 16;
   constexpr int64_t kSubBlock = 256;
   // Each sub-block's float lanes are widened and added into double lanes.
-  // (By reference: passing a 64-byte vector by value would change the ABI between clones.)
+  // (By reference: passing a 64-byte vector by value would change the ABI between variants.)
   auto add_widened = [](D& sum, const V& v) {
     sum += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D) +
            __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D);
@@ -71,7 +72,8 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bo
   D dse = D{}, daq = D{}, dqq = D{};
   const V vscale = V{} + c.scale, vmax = V{} + c.max, vfloor = V{} + c.magic_floor, vbelow = V{} + c.underflow_below;
   const V vmin_normal = V{} + min_normal, zero = V{};
-  const M abs_mask = M{} + 0x7fffffff, exp_mask = M{} + 0x7f800000, offset = M{} + static_cast<int32_t>(c.magic_offset);
+  const M abs_mask = M{} + 0x7fffffff;
+  const U exp_mask = U{} + 0x7f800000u, offset = U{} + c.magic_offset;
   V mn = V{} + std::numeric_limits<float>::infinity(), mx = V{};
   M below = M{}, small = M{}, zeros = M{};
   int64_t i = 0;
@@ -90,9 +92,9 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bo
       zeros -= (ax == zero);
       below -= (ax < vbelow);
       const V a = ax * vscale;
-      M abits;
+      U abits;
       std::memcpy(&abits, &a, sizeof abits);
-      const M mbits = (abits & exp_mask) + offset;
+      const U mbits = (abits & exp_mask) + offset;
       V magic;
       std::memcpy(&magic, &mbits, sizeof magic);
       magic = magic > vfloor ? magic : vfloor;
@@ -135,12 +137,45 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) bo
   return true;
 }
 
+// One variant per level (simd_level.h), each the same body in its instruction set.
+__attribute__((target("arch=x86-64-v4"), noinline)) bool stats_and_probe_v4(const float* p, int64_t n, float min_normal,
+                                                                            const Fp8ProbeParams& c,
+                                                                            AbsStatsAccumulator<float>& acc, ProbeSums& out) {
+  return stats_and_probe_body(p, n, min_normal, c, acc, out);
+}
+__attribute__((target("arch=x86-64-v3"), noinline)) bool stats_and_probe_v3(const float* p, int64_t n, float min_normal,
+                                                                            const Fp8ProbeParams& c,
+                                                                            AbsStatsAccumulator<float>& acc, ProbeSums& out) {
+  return stats_and_probe_body(p, n, min_normal, c, acc, out);
+}
+__attribute__((noinline)) bool stats_and_probe_baseline(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c,
+                                                        AbsStatsAccumulator<float>& acc, ProbeSums& out) {
+  return stats_and_probe_body(p, n, min_normal, c, acc, out);
+}
+bool stats_and_probe_lanes(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c,
+                           AbsStatsAccumulator<float>& acc, ProbeSums& out) {
+  switch (simd_level()) {
+    case SimdLevel::V4: return stats_and_probe_v4(p, n, min_normal, c, acc, out);
+    case SimdLevel::V3: return stats_and_probe_v3(p, n, min_normal, c, acc, out);
+    case SimdLevel::Baseline: break;
+  }
+  return stats_and_probe_baseline(p, n, min_normal, c, acc, out);
+}
+
 // Elements above the overflow threshold: a second look, only at chunks whose abs max is above it.
-__attribute__((target_clones("arch=x86-64-v3", "default"))) uint32_t count_above(const float* p, int64_t n,
-                                                                                float threshold) {
+__attribute__((always_inline)) inline uint32_t count_above_body(const float* p, int64_t n, float threshold) {
   uint32_t count = 0;
   for (int64_t i = 0; i < n; ++i) count += std::fabs(p[i]) > threshold;
   return count;
+}
+__attribute__((target("arch=x86-64-v3"), noinline)) uint32_t count_above_v3(const float* p, int64_t n, float threshold) {
+  return count_above_body(p, n, threshold);
+}
+__attribute__((noinline)) uint32_t count_above_baseline(const float* p, int64_t n, float threshold) {
+  return count_above_body(p, n, threshold);
+}
+uint32_t count_above(const float* p, int64_t n, float threshold) {
+  return simd_level() >= SimdLevel::V3 ? count_above_v3(p, n, threshold) : count_above_baseline(p, n, threshold);
 }
 
 // Statistics and probe of one chunk of float values: the fused loop, or, for the rare chunk it

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "stats/simd_level.h"
 #include "stats/stats_accumulator.h"
 
 namespace sentinel {
@@ -49,8 +50,8 @@ constexpr double smallest_normal() {
 }
 
 // Explicit SIMD through GCC vector extensions: a NaN-aware min/max reduction is not
-// auto-vectorised (it would need -ffinite-math-only). 32-byte vectors become AVX2 in the avx2
-// clone and SSE2 pairs in the default one. Comparisons give lane masks of -1, so subtracting a
+// auto-vectorised (it would need -ffinite-math-only). 32-byte vectors become AVX2 in the AVX2
+// variant and SSE2 pairs in the baseline one (simd_level.h picks). Comparisons give lane masks of -1, so subtracting a
 // mask counts.
 template <typename F>
 struct Simd;
@@ -70,9 +71,9 @@ struct Simd<double> {
 };
 
 // Loads a vector and clears its sign bits: |x| for every lane (|-0| = +0, as torch's abs()).
-// (Out-parameters: returning a 32-byte vector by value would change the ABI between clones.)
+// (Out-parameters: returning a 32-byte vector by value would change the ABI between variants.)
 template <typename S>
-inline void load_abs(const void* p, typename S::V& x, typename S::V& a) {
+__attribute__((always_inline)) inline void load_abs(const void* p, typename S::V& x, typename S::V& a) {
   typename S::M bits;
   std::memcpy(&x, p, sizeof x);
   std::memcpy(&bits, &x, sizeof x);
@@ -82,8 +83,8 @@ inline void load_abs(const void* p, typename S::V& x, typename S::V& a) {
 
 // Every count, lane by lane: used for blocks that hold a non-finite value (rare).
 template <typename F>
-__attribute__((target_clones("avx2", "default"))) void reduce_detailed(const F* p, int64_t len, F min_normal,
-                                                                       AbsStatsAccumulator<F>& acc) {
+__attribute__((always_inline)) inline void reduce_detailed(const F* p, int64_t len, F min_normal,
+                                                           AbsStatsAccumulator<F>& acc) {
   using S = Simd<F>;
   using V = typename S::V;
   using M = typename S::M;
@@ -124,8 +125,8 @@ __attribute__((target_clones("avx2", "default"))) void reduce_detailed(const F* 
 // loop at one vector every four cycles. A block holding any non-finite value is read again by
 // reduce_detailed to split nan, +inf and -inf.
 template <typename F>
-__attribute__((target_clones("avx2", "default"))) void reduce_contiguous(const F* p, int64_t len, F min_normal,
-                                                                         AbsStatsAccumulator<F>& acc) {
+__attribute__((always_inline)) inline void reduce_contiguous_body(const F* p, int64_t len, F min_normal,
+                                                                  AbsStatsAccumulator<F>& acc) {
   using S = Simd<F>;
   using V = typename S::V;
   using M = typename S::M;
@@ -172,6 +173,26 @@ __attribute__((target_clones("avx2", "default"))) void reduce_contiguous(const F
   }
   for (; i < len; ++i) lanes.reduce(p[i], inf, min_normal);
   acc.combine(lanes);
+}
+
+// The body compiled once per level; the always_inline bodies take each variant's instructions.
+template <typename F>
+__attribute__((target("avx2"), noinline)) void reduce_contiguous_avx2(const F* p, int64_t len, F min_normal,
+                                                                      AbsStatsAccumulator<F>& acc) {
+  reduce_contiguous_body<F>(p, len, min_normal, acc);
+}
+template <typename F>
+__attribute__((noinline)) void reduce_contiguous_baseline(const F* p, int64_t len, F min_normal,
+                                                          AbsStatsAccumulator<F>& acc) {
+  reduce_contiguous_body<F>(p, len, min_normal, acc);
+}
+template <typename F>
+inline void reduce_contiguous(const F* p, int64_t len, F min_normal, AbsStatsAccumulator<F>& acc) {
+  if (simd_level() >= SimdLevel::V3) {
+    reduce_contiguous_avx2<F>(p, len, min_normal, acc);
+  } else {
+    reduce_contiguous_baseline<F>(p, len, min_normal, acc);
+  }
 }
 
 }  // namespace kernels

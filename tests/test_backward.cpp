@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cli/demo_model.h"
 #include "support/test_models.h"
@@ -265,6 +266,26 @@ TEST(Backward, UninitializedBuffersAreNotRead) {
     saw_as_strided_backward = saw_as_strided_backward || f.op.rfind("AsStridedBackward", 0) == 0;
   }
   EXPECT_TRUE(saw_as_strided_backward);
+}
+
+// LibTorch runs the backward of CUDA tensors on an autograd worker thread, one per device, that
+// never ran a batch: its nodes still belong to the watchdog. A backward started on a thread of its
+// own stands in for it on the CPU.
+TEST(Backward, NodesRunOnAThreadThatNeverRanABatchAreWatched) {
+  torch::manual_seed(0);
+  SqrtNet model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).max_frames_to_save(50));
+  torch::Tensor loss;
+  {
+    auto batch = watch.batch();
+    loss = model->forward(small_input());
+    batch.finish();
+  }
+  std::thread([&] { loss.backward(); }).join();
+  const auto report = expect_nonfinite([&] { watch.check(); });
+  EXPECT_EQ(report.trigger().op, "SqrtBackward0");
+  EXPECT_EQ(report.trigger().module_path, "head");
 }
 
 }  // namespace

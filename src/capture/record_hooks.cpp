@@ -16,6 +16,21 @@ ThreadState& thread_state() {
 }
 
 namespace {
+std::mutex last_session_mutex;
+std::weak_ptr<Session> last_session;
+}  // namespace
+
+void note_batch_session(const std::weak_ptr<Session>& session) {
+  std::lock_guard<std::mutex> lock(last_session_mutex);
+  last_session = session;
+}
+
+std::shared_ptr<Session> last_batch_session_in_process() {
+  std::lock_guard<std::mutex> lock(last_session_mutex);
+  return last_session.lock();
+}
+
+namespace {
 
 std::mutex registration_mutex;
 int registration_count = 0;
@@ -44,6 +59,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         Session* s = ts.active();
         std::shared_ptr<Session> last;
         if (!s && (last = ts.last_batch_session.lock())) s = last.get();
+        // A thread that never ran a batch itself: an autograd worker (CUDA nodes run on one).
+        if (!s && ts.bound.empty() && (last = last_batch_session_in_process())) s = last.get();
         if (s) {
           ts.backward_node_op_depth = ts.op_depth;
           s->backward_node_start(fn, ts);

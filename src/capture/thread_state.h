@@ -53,6 +53,12 @@ struct ThreadState {
 
 ThreadState& thread_state();
 
+// The session that last opened a batch anywhere in the process. A backward pass may run its nodes
+// on a thread that never ran a batch (LibTorch's autograd runs CUDA nodes on a worker thread per
+// device); such nodes belong to this session.
+void note_batch_session(const std::weak_ptr<Session>& session);
+std::shared_ptr<Session> last_batch_session_in_process();
+
 // Registers the process-wide RecordFunction callback while at least one session exists.
 void acquire_callback();
 void release_callback();

@@ -53,6 +53,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   forward_ops.clear();
   backward_in_batch = false;
   capture::thread_state().last_batch_session = alive;
+  capture::note_batch_session(alive);
   if (batches.begin()) {
     opts.output() << batch_header(batches.current()) << std::flush;
   }

@@ -1,8 +1,9 @@
 // Third-party TorchScript models: torchvision's classification zoo, scripted by Python at test
 // time (tests/zoo/make_zoo.py, fixture `zoo`). For each model: every frame names a module as
 // named_modules() does, in inference and in training; a clean model never trips; an overflow
-// planted deep inside is found in the batch HF's hook-based detection finds it, at the module HF
-// names, one of its descendants, or one of its ancestors.
+// planted deep inside (one layer's weights scaled) and a bad batch (an inf pixel) are found in the
+// batch HF's hook-based detection finds them, at the module HF names, one of its descendants, or
+// one of its ancestors.
 #include <gtest/gtest.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -106,18 +107,19 @@ TEST_P(Zoo, TrainingStepNamesModulesAsNamedModules) {
   EXPECT_FALSE(watch.last_report().has_value()) << out.str();
 }
 
-TEST_P(Zoo, PlantedOverflowIsFoundWhereHfFindsIt) {
-  const auto z = load(GetParam());
-  auto model = torch::jit::load(zoo_path(z.name + "_overflow.pt"));
+// Runs `model_file` on `batches` and checks the trip against HF's detection `hf` ({batch, module}).
+void expect_found_where_hf_finds_it(const ZooModel& z, const std::string& model_file,
+                                    const std::vector<std::vector<c10::IValue>>& batches, const nlohmann::json& hf) {
+  auto model = torch::jit::load(zoo_path(model_file));
   model.eval();
   torch::NoGradGuard no_grad;
   std::ostringstream out;
   sentinel::Watchdog watch(model, sentinel::Options().output(out));
-  const int64_t hf_batch = z.meta["hf_overflow"]["batch"].get<int64_t>();
-  const std::string hf_module = z.meta["hf_overflow"]["module"].get<std::string>();
+  const int64_t hf_batch = hf["batch"].get<int64_t>();
+  const std::string hf_module = hf["module"].get<std::string>();
   const auto report = [&]() -> std::optional<sentinel::Report> {
     try {
-      for (const auto& b : z.batches) {
+      for (const auto& b : batches) {
         auto step = watch.batch();
         model.forward(b);
         step.finish();
@@ -136,6 +138,17 @@ TEST_P(Zoo, PlantedOverflowIsFoundWhereHfFindsIt) {
   EXPECT_TRUE(under(ours, hf_module) || under(hf_module, ours))
       << z.name << ": HF names " << hf_module << ", the sentinel " << ours << "\n" << report->origin;
   EXPECT_TRUE(z.modules.count(ours)) << ours;
+}
+
+TEST_P(Zoo, PlantedOverflowIsFoundWhereHfFindsIt) {
+  const auto z = load(GetParam());
+  expect_found_where_hf_finds_it(z, z.name + "_overflow.pt", z.batches, z.meta["hf_overflow"]);
+}
+
+TEST_P(Zoo, BadBatchIsFoundWhereHfFindsIt) {
+  const auto z = load(GetParam());
+  expect_found_where_hf_finds_it(z, z.name + ".pt", sentinel::cli::load_batches(zoo_path(z.name + "_bad_inputs.pt")),
+                                 z.meta["hf_bad_batch"]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Torchvision, Zoo, ::testing::ValuesIn(kZooModels),

@@ -53,7 +53,7 @@ struct GpuRing {
 class CudaStatsDevice final : public StatsDevice {
  public:
   CudaStatsDevice(int64_t capacity, int devices)
-      : capacity_(capacity), gpus_(devices), owner_(capacity, -1), probe_scale_(capacity, 0.0f) {}
+      : capacity_(capacity), gpus_(devices), owner_(capacity, -1), probe_scale_(capacity, 0.0f), results_(capacity) {}
   ~CudaStatsDevice() override {
     for (auto& g : gpus_) {
       if (g.zeroed) cudaEventDestroy(g.zeroed);
@@ -109,7 +109,7 @@ class CudaStatsDevice final : public StatsDevice {
       throw Error("sentinel: " + std::to_string(end - first) + " slots to read back from a ring of " +
                   std::to_string(capacity_));
     }
-    results_.assign(static_cast<size_t>(capacity_), SlotResult{});
+    for (int64_t s = first; s < end; ++s) results_[static_cast<size_t>(s % capacity_)] = SlotResult{};
     bool waited = false;
     for (size_t d = 0; d < gpus_.size(); ++d) {
       GpuRing& g = gpus_[d];
@@ -150,7 +150,7 @@ class CudaStatsDevice final : public StatsDevice {
   }
 
   SlotResult result(int64_t slot) const override {
-    return results_.empty() ? SlotResult{} : results_[static_cast<size_t>(slot % capacity_)];
+    return results_[static_cast<size_t>(slot % capacity_)];
   }
   int64_t capacity() const override { return capacity_; }
   int64_t synchronisations() const override { return synchronisations_; }
@@ -170,7 +170,7 @@ class CudaStatsDevice final : public StatsDevice {
   std::vector<GpuRing> gpus_;
   std::vector<int> owner_;          // the GPU whose ring holds a slot, -1 when none
   std::vector<float> probe_scale_;  // the FP8 scale of a probed slot, 0 when not probed
-  std::vector<SlotResult> results_;
+  std::vector<SlotResult> results_;  // of the last read-back, by slot (allocated once)
   int64_t synchronisations_ = 0;
 };
 

@@ -50,24 +50,45 @@ struct ProbeSums {
 // Per vector the probe adds: a comparison for underflow, a multiply by the scale, the cast as a
 // magic-number add and subtract, the saturation, and three multiply-adds (fused in the x86-64
 // v3/v4 clones: this file is built with contraction on; the scale's product has other uses, so
-// it is never fused into the rounding add). 16 lanes: one AVX-512 register, two AVX2 ones.
+// it is never fused into the rounding add). One register per vector:
+// 16 lanes with AVX-512, 8 with AVX2, 4 with SSE2.
 // Returns false when a sum is not finite - an inf or NaN in the chunk, or a value whose square
 // overflows float - and the caller takes the exact path. Overflow is counted by the caller,
 // only in chunks whose abs max calls for it.
+// kBytes: the variant's register width (64 for AVX-512, 32 for AVX2, 16 for SSE2); wider
+// vectors than the registers are split by the compiler through the stack, many times slower.
+template <int kBytes>
+struct ProbeVectors {
+  typedef float V __attribute__((vector_size(kBytes)));
+  typedef int32_t M __attribute__((vector_size(kBytes)));
+  typedef uint32_t U __attribute__((vector_size(kBytes)));  // bit arithmetic: wraps (inf's exponent + offset)
+  typedef double D __attribute__((vector_size(kBytes)));
+};
+
+template <int kBytes>
 __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, int64_t n, float min_normal,
                                                                 const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
                                                                 ProbeSums& out) {
-  typedef float V __attribute__((vector_size(64)));
-  typedef int32_t M __attribute__((vector_size(64)));
-  typedef uint32_t U __attribute__((vector_size(64)));  // bit arithmetic: wraps (inf's exponent + offset)
-  typedef double D __attribute__((vector_size(64)));
-  constexpr int L = 16;
+  using V = typename ProbeVectors<kBytes>::V;
+  using M = typename ProbeVectors<kBytes>::M;
+  using U = typename ProbeVectors<kBytes>::U;
+  using D = typename ProbeVectors<kBytes>::D;
+  constexpr int L = kBytes / 4;
   constexpr int64_t kSubBlock = 256;
-  // Each sub-block's float lanes are widened and added into double lanes.
-  // (By reference: passing a 64-byte vector by value would change the ABI between variants.)
+  // Each sub-block's float lanes are widened and added into double lanes (half as many).
+  // (By reference: passing a vector by value would change the ABI between variants.)
   auto add_widened = [](D& sum, const V& v) {
-    sum += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D) +
-           __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D);
+    if constexpr (L == 16) {
+      sum += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), D) +
+             __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), D);
+    } else if constexpr (L == 8) {
+      sum += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), D) +
+             __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), D);
+    } else {
+      static_assert(L == 4, "16, 32 or 64-byte vectors");
+      sum += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1), D) +
+             __builtin_convertvector(__builtin_shufflevector(v, v, 2, 3), D);
+    }
   };
   D dse = D{}, daq = D{}, dqq = D{};
   const V vscale = V{} + c.scale, vmax = V{} + c.max, vfloor = V{} + c.magic_floor, vbelow = V{} + c.underflow_below;
@@ -141,16 +162,16 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
 __attribute__((target("arch=x86-64-v4"), noinline)) bool stats_and_probe_v4(const float* p, int64_t n, float min_normal,
                                                                             const Fp8ProbeParams& c,
                                                                             AbsStatsAccumulator<float>& acc, ProbeSums& out) {
-  return stats_and_probe_body(p, n, min_normal, c, acc, out);
+  return stats_and_probe_body<64>(p, n, min_normal, c, acc, out);
 }
 __attribute__((target("arch=x86-64-v3"), noinline)) bool stats_and_probe_v3(const float* p, int64_t n, float min_normal,
                                                                             const Fp8ProbeParams& c,
                                                                             AbsStatsAccumulator<float>& acc, ProbeSums& out) {
-  return stats_and_probe_body(p, n, min_normal, c, acc, out);
+  return stats_and_probe_body<32>(p, n, min_normal, c, acc, out);
 }
 __attribute__((noinline)) bool stats_and_probe_baseline(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c,
                                                         AbsStatsAccumulator<float>& acc, ProbeSums& out) {
-  return stats_and_probe_body(p, n, min_normal, c, acc, out);
+  return stats_and_probe_body<16>(p, n, min_normal, c, acc, out);
 }
 bool stats_and_probe_lanes(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c,
                            AbsStatsAccumulator<float>& acc, ProbeSums& out) {

@@ -50,23 +50,24 @@ constexpr double smallest_normal() {
 }
 
 // Explicit SIMD through GCC vector extensions: a NaN-aware min/max reduction is not
-// auto-vectorised (it would need -ffinite-math-only). 32-byte vectors become AVX2 in the AVX2
-// variant and SSE2 pairs in the baseline one (simd_level.h picks). Comparisons give lane masks of -1, so subtracting a
-// mask counts.
-template <typename F>
+// auto-vectorised (it would need -ffinite-math-only). Each variant (simd_level.h picks) uses its
+// own register width. Comparisons give lane masks of -1, so subtracting a mask counts.
+// kBytes is the variant's register width: 32 for AVX2, 16 for the baseline's SSE2 (wider
+// vectors there are split by the compiler through the stack, many times slower).
+template <typename F, int kBytes>
 struct Simd;
-template <>
-struct Simd<float> {
-  typedef float V __attribute__((vector_size(32)));
-  typedef int32_t M __attribute__((vector_size(32)));
-  static constexpr int kLanes = 8;
+template <int kBytes>
+struct Simd<float, kBytes> {
+  typedef float V __attribute__((vector_size(kBytes)));
+  typedef int32_t M __attribute__((vector_size(kBytes)));
+  static constexpr int kLanes = kBytes / 4;
   static constexpr int32_t kAbsMask = 0x7fffffff;
 };
-template <>
-struct Simd<double> {
-  typedef double V __attribute__((vector_size(32)));
-  typedef int64_t M __attribute__((vector_size(32)));
-  static constexpr int kLanes = 4;
+template <int kBytes>
+struct Simd<double, kBytes> {
+  typedef double V __attribute__((vector_size(kBytes)));
+  typedef int64_t M __attribute__((vector_size(kBytes)));
+  static constexpr int kLanes = kBytes / 8;
   static constexpr int64_t kAbsMask = 0x7fffffffffffffffLL;
 };
 
@@ -82,10 +83,10 @@ __attribute__((always_inline)) inline void load_abs(const void* p, typename S::V
 }
 
 // Every count, lane by lane: used for blocks that hold a non-finite value (rare).
-template <typename F>
+template <typename F, int kBytes>
 __attribute__((always_inline)) inline void reduce_detailed(const F* p, int64_t len, F min_normal,
                                                            AbsStatsAccumulator<F>& acc) {
-  using S = Simd<F>;
+  using S = Simd<F, kBytes>;
   using V = typename S::V;
   using M = typename S::M;
   constexpr int L = S::kLanes;
@@ -124,10 +125,10 @@ __attribute__((always_inline)) inline void reduce_detailed(const F* p, int64_t l
 // Four independent min/max chains hide the latency of vminps/vmaxps, which otherwise caps the
 // loop at one vector every four cycles. A block holding any non-finite value is read again by
 // reduce_detailed to split nan, +inf and -inf.
-template <typename F>
+template <typename F, int kBytes>
 __attribute__((always_inline)) inline void reduce_contiguous_body(const F* p, int64_t len, F min_normal,
                                                                   AbsStatsAccumulator<F>& acc) {
-  using S = Simd<F>;
+  using S = Simd<F, kBytes>;
   using V = typename S::V;
   using M = typename S::M;
   constexpr int L = S::kLanes;
@@ -157,7 +158,7 @@ __attribute__((always_inline)) inline void reduce_contiguous_body(const F* p, in
   for (int l = 0; l < L; ++l) any_nonfinite = any_nonfinite || nonfinite_sum[l] != 0;
   for (int64_t j = i; j < len && !any_nonfinite; ++j) any_nonfinite = !(std::fabs(p[j]) <= std::numeric_limits<F>::max());
   if (any_nonfinite) {
-    reduce_detailed<F>(p, len, min_normal, acc);
+    reduce_detailed<F, kBytes>(p, len, min_normal, acc);
     return;
   }
   AbsStatsAccumulator<F> lanes(inf);
@@ -179,12 +180,12 @@ __attribute__((always_inline)) inline void reduce_contiguous_body(const F* p, in
 template <typename F>
 __attribute__((target("avx2"), noinline)) void reduce_contiguous_avx2(const F* p, int64_t len, F min_normal,
                                                                       AbsStatsAccumulator<F>& acc) {
-  reduce_contiguous_body<F>(p, len, min_normal, acc);
+  reduce_contiguous_body<F, 32>(p, len, min_normal, acc);
 }
 template <typename F>
 __attribute__((noinline)) void reduce_contiguous_baseline(const F* p, int64_t len, F min_normal,
                                                           AbsStatsAccumulator<F>& acc) {
-  reduce_contiguous_body<F>(p, len, min_normal, acc);
+  reduce_contiguous_body<F, 16>(p, len, min_normal, acc);
 }
 template <typename F>
 inline void reduce_contiguous(const F* p, int64_t len, F min_normal, AbsStatsAccumulator<F>& acc) {

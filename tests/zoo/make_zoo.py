@@ -25,9 +25,12 @@ the script writes into OUT_DIR (and nowhere else):
                       in that layer (or shortly after)
     NAME_inputs.pt    torch.save([(x0,), (x1,), (x2,)]): three finite float32
                       batches of shape (2, 3, H, W), from torch.manual_seed(1)
+    NAME_bad_inputs.pt  the same batches, but batch 1 holds one inf pixel: a bad
+                      batch for the clean model
     NAME.json         named_modules(), the constructor, the input shape, the
                       overflowing layer, the Python (HF-style) detection
-                      result on the overflow model, and more (see README.md)
+                      result on the overflow model and on the bad batch, and
+                      more (see README.md)
 
 and an index, zoo.json, listing the models written and those skipped (a
 model that torch.jit.script rejects is skipped, with the reason).
@@ -350,12 +353,21 @@ def make_model(name, out_dir):
     layer_output_nonfinite = any(bad for n, bad in ovf_runs[hf_overflow["batch"]] if n == layer)
     scripted_overflow = torch.jit.script(overflow)
 
+    # A bad batch for the clean model: batch 1 holds one inf pixel.
+    bad_image = batches[1][0].clone()
+    bad_image[0, 0, 0, 0] = float("inf")
+    bad_batches = [batches[0], (bad_image,), batches[2]]
+    hf_bad_batch, hf_bad_chain = hf_detection(hook_run(model, bad_batches))
+    assert hf_bad_batch is not None and hf_bad_batch["batch"] == 1, f"{name}: {hf_bad_batch}"
+
     model_file = os.path.join(out_dir, f"{name}.pt")
     overflow_file = os.path.join(out_dir, f"{name}_overflow.pt")
     inputs_file = os.path.join(out_dir, f"{name}_inputs.pt")
+    bad_inputs_file = os.path.join(out_dir, f"{name}_bad_inputs.pt")
     torch.jit.save(scripted, model_file)
     torch.jit.save(scripted_overflow, overflow_file)
     torch.save(batches, inputs_file)
+    torch.save(bad_batches, bad_inputs_file)
 
     # Load both archives back and run them on the inputs they will be used
     # with: both match eager mode (the overflow one in where it holds inf and
@@ -414,6 +426,7 @@ def make_model(name, out_dir):
             "model": os.path.basename(model_file),
             "overflow_model": os.path.basename(overflow_file),
             "inputs": os.path.basename(inputs_file),
+            "bad_inputs": os.path.basename(bad_inputs_file),
         },
         "input_shape": [BATCH_SIZE, 3, size, size],
         "num_batches": NUM_BATCHES,
@@ -429,6 +442,8 @@ def make_model(name, out_dir):
         "overflow_final_output_nonfinite": overflow_output_nonfinite,
         "hf_overflow": hf_overflow,
         "hf_chain": hf_chain,
+        "hf_bad_batch": hf_bad_batch,
+        "hf_bad_chain": hf_bad_chain,
         "clean_trips": clean_trips,
         "trainable": trainable,
         "trainable_note": train_note,

@@ -60,6 +60,10 @@ import torch
 import torch.nn as nn
 import torchvision
 
+# The fixtures' JSON layout is that of tests/data (one writer for both).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+from make_fixtures import compact_json  # noqa: E402
+
 # ---------------------------------------------------------------------------
 # The zoo
 # ---------------------------------------------------------------------------
@@ -146,20 +150,6 @@ def build(expr):
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
-
-
-def compact_json(value, indent=""):
-    """Indented JSON that keeps short lists and objects on a single line."""
-    flat = json.dumps(value, allow_nan=False)
-    if len(flat) + len(indent) <= 100 or not isinstance(value, (list, dict)):
-        return flat
-    inner = indent + "  "
-    if isinstance(value, list):
-        items = [inner + compact_json(v, inner) for v in value]
-        return "[\n" + ",\n".join(items) + "\n" + indent + "]"
-    items = [inner + json.dumps(k) + ": " + compact_json(v, inner)
-             for k, v in value.items()]
-    return "{\n" + ",\n".join(items) + "\n" + indent + "}"
 
 
 def tensors_in(value):

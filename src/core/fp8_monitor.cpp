@@ -78,13 +78,7 @@ void add_to_slot(double& amax, int64_t& uses, stats::Fp8ProbeResult& sums, const
   ++uses;
   if (out.count > out.nan && std::isfinite(out.abs_max)) amax = std::max(amax, out.abs_max);
   else if (out.pos_inf + out.neg_inf > 0) amax = INFINITY;  // TE's rule: a non-finite amax keeps the scale
-  sums.count += result.count;
-  sums.overflow += result.overflow;
-  sums.underflow += result.underflow;
-  sums.sum_sq_error += result.sum_sq_error;
-  sums.sum_x_q += result.sum_x_q;
-  sums.sum_x_sq += result.sum_x_sq;
-  sums.sum_q_sq += result.sum_q_sq;
+  sums.add(result);
 }
 
 }  // namespace

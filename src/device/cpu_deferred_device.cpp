@@ -30,14 +30,7 @@ void add_into(SlotResult& into, const SlotResult& r) {
   into.headroom.fp16_underflow += r.headroom.fp16_underflow;
   into.headroom.bf16_overflow += r.headroom.bf16_overflow;
   into.headroom.bf16_underflow += r.headroom.bf16_underflow;
-  stats::Fp8ProbeResult& p = into.probe;
-  p.count += r.probe.count;
-  p.overflow += r.probe.overflow;
-  p.underflow += r.probe.underflow;
-  p.sum_sq_error += r.probe.sum_sq_error;
-  p.sum_x_q += r.probe.sum_x_q;
-  p.sum_x_sq += r.probe.sum_x_sq;
-  p.sum_q_sq += r.probe.sum_q_sq;
+  into.probe.add(r.probe);
 }
 
 class CpuDeferredDevice final : public StatsDevice {

@@ -19,6 +19,16 @@ struct Fp8ProbeResult {
   // and sum q^2. The sum of squares follows from sum a^2 = sum (a - q)^2 + sum q (2a - q),
   // whose every term is >= 0 (q <= 2a): nothing cancels.
   void add_scaled_sums(double sq_error, double a_q, double q_sq, float scale);
+  // Adds another tensor's result (several tensors of one slot, one step).
+  void add(const Fp8ProbeResult& o) {
+    count += o.count;
+    overflow += o.overflow;
+    underflow += o.underflow;
+    sum_sq_error += o.sum_sq_error;
+    sum_x_q += o.sum_x_q;
+    sum_x_sq += o.sum_x_sq;
+    sum_q_sq += o.sum_q_sq;
+  }
 
   double mse() const { return count ? sum_sq_error / count : 0.0; }
   double cosine() const;      // 1 when both are zero

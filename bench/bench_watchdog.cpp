@@ -9,11 +9,15 @@
 #include <benchmark/benchmark.h>
 #include <sentinel/sentinel.h>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "stats/fp8_probe.h"
 #include "stats/simd_level.h"
+#include "ranks/rank_session.h"
 #include "stats/tensor_stats.h"
 #include "transformer_model.h"
 
@@ -126,6 +130,40 @@ void BM_TrainStepHfStyle(benchmark::State& state) {
   benchmark::DoNotOptimize(sink);
 }
 
+// What many ranks add to a step: one exchange per batch between 2 ranks, each a client of a c10d
+// TCPStore on localhost (as under torchrun), the other rank answering from a thread. Its time is
+// compared with BM_TrainStepWatched's in the same run.
+void BM_RankExchange2(benchmark::State& state) {
+  static auto server = [] {
+    c10d::TCPStoreOptions o;
+    o.port = 0;  // any free port
+    o.isServer = true;
+    o.waitWorkers = false;
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  }();
+  auto client = [] {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(server->getPort());
+    o.waitWorkers = false;
+    return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  };
+  // One client per rank for the whole run: each repetition's pair of ranks meets under keys of
+  // its own (the n-th watchdog of each rank on a store meets the n-th of the other).
+  static auto c0 = client(), c1 = client();
+  const int64_t rounds = state.max_iterations;
+  sentinel::ranks::RankSession rank0(sentinel::RankOptions().rank(0).world_size(2).channel(sentinel::store_channel(c0)));
+  sentinel::ranks::RankSession rank1(sentinel::RankOptions().rank(1).world_size(2).channel(sentinel::store_channel(c1)));
+  std::thread other([&] {
+    for (int64_t round = 0; round < rounds; ++round) rank1.exchange(round);
+  });
+  int64_t round = 0;
+  for (auto _ : state) {
+    auto agreed = rank0.exchange(round++);
+    if (!agreed.missing.empty()) state.SkipWithError("rank 1 did not answer");
+  }
+  other.join();
+}
+
 // The statistics pass alone, and fused with the FP8 probe, on one 4M-element activation-like
 // tensor (read from memory each time: 16 MiB is larger than this machine's caches).
 torch::Tensor& probe_tensor() {
@@ -175,6 +213,7 @@ BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RankExchange2)->Iterations(2000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassWithFp8Probe)->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPass, 1>)->Name("BM_StatsPass_v3")->Unit(benchmark::kMillisecond);

@@ -18,6 +18,8 @@ def base_of(name):
     if name.startswith("BM_StatsPass"):  # each SIMD level against the plain pass at that level
         level = name[name.rfind("_"):] if name.endswith(("_v3", "_baseline")) else ""
         return runs["BM_StatsPass" + level]["real_time"]
+    if name.startswith("BM_RankExchange"):  # what the exchange adds to a watched training step
+        return runs["BM_TrainStepWatched"]["real_time"]
     return runs["BM_TrainStepUnwatched" if name.startswith("BM_TrainStep") else "BM_Unwatched"]["real_time"]
 cv = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "cv"}
 print(f"{'case':<22}{'median ms':>12}{'ratio':>9}{'cv':>8}")

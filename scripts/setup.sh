@@ -13,6 +13,7 @@ packages=(
   libbenchmark-dev
   nlohmann-json3-dev
   libcli11-dev
+  libgloo-dev             # c10d's ProcessGroupGloo headers: the multi-rank example and tests
   python3-torch python3-torchvision  # test fixtures: TorchScript models scripted at test time
 )
 

@@ -139,6 +139,46 @@ TEST(JsonReport, SchemaRejectsWhatIsWrong) {
   EXPECT_GE(errors.size(), 2u);
 }
 
+TEST(JsonReport, RanksReportsAreValidAndCarryTheAgreement) {
+  sentinel::Report r = demo_report();
+  r.kind = "peer_nonfinite";
+  r.rank = 2;
+  r.world_size = 4;
+  r.ranks.exchanged = true;
+  r.ranks.role = sentinel::RankRole::Stopped;
+  sentinel::RankEvent first;
+  first.rank = 1;
+  first.batch_number = 3;
+  first.direction = sentinel::Direction::Backward;
+  first.op_index = 17;
+  first.frame = "fc1 (Linear) grad AddmmBackward0";
+  first.origin = "origin: ...";
+  r.ranks.first = first;
+  r.ranks.tripped = {1};
+  r.ranks.missing = {3};
+  const json j = json::parse(sentinel::render_json(r));
+  std::vector<std::string> errors;
+  validate(j, load_schema(), "$", errors);
+  for (const auto& e : errors) ADD_FAILURE() << e;
+  EXPECT_EQ(j["ranks"]["role"], "stopped");
+  EXPECT_EQ(j["ranks"]["first"]["rank"], 1);
+  EXPECT_EQ(j["ranks"]["first"]["direction"], "backward");
+  EXPECT_EQ(j["ranks"]["first"]["op_index"], 17);
+  EXPECT_EQ(j["ranks"]["missing"], json::array({3}));
+  // The schema must be able to fail on the new part too.
+  json broken = j;
+  broken["ranks"]["role"] = "bystander";
+  broken["ranks"]["first"].erase("op_index");
+  errors.clear();
+  validate(broken, load_schema(), "$", errors);
+  EXPECT_GE(errors.size(), 2u);
+  // The text says the same.
+  const std::string text = sentinel::render_text(r);
+  EXPECT_NE(text.find("Another rank detected inf/nan; none during batch_number=3 on rank 2"), std::string::npos);
+  EXPECT_NE(text.find("First to see inf/nan: rank 1, batch 3, backward op 17"), std::string::npos) << text;
+  EXPECT_NE(text.find("Ranks that did not answer: 3"), std::string::npos);
+}
+
 // Floating-point values depend on the BLAS build's last bits; names, counts and layout do not.
 void mask_floats(json& j) {
   if (j.is_number_float()) j = "<float>";

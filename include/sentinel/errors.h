@@ -45,6 +45,17 @@ class Fp8AlarmError : public Error {
   Report report_;
 };
 
+// Ranks did not answer the exchange within RankOptions::timeout_seconds (died, hung, or never
+// reached it) and no rank that answered saw inf/nan; what() is this rank's report.
+class RanksMissingError : public Error {
+ public:
+  RanksMissingError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}
+  const Report& report() const noexcept { return report_; }
+
+ private:
+  Report report_;
+};
+
 // abort_after_batch_num reached.
 class AbortAfterBatch : public Error {
  public:

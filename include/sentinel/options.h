@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <sentinel/fp8_scaling.h>
 #include <string>
@@ -56,6 +57,26 @@ class Fp8Options {
   SENTINEL_OPTION_OF(Fp8Options, Action, alarm_action, Action::Warn);
 };
 
+// How the ranks talk (opaque): sentinel/ranks.h makes one from a c10d store or process group.
+class RankChannel;
+
+// Many processes (torchrun, c10d): each rank writes its reports into <report_dir>/rank<R>/, and
+// the ranks exchange one small record per batch, so that every rank's report names the first rank
+// that saw an inf/nan (and stops the ranks that did not). Active when the world has more than one rank.
+class RankOptions {
+  // This process's rank and the number of ranks; -1: from the channel's process group, else from
+  // torchrun's RANK and WORLD_SIZE, else 0 and 1.
+  SENTINEL_OPTION_OF(RankOptions, int64_t, rank, -1);
+  SENTINEL_OPTION_OF(RankOptions, int64_t, world_size, -1);
+  // false: no exchange (each rank still reports on its own, under its own directory).
+  SENTINEL_OPTION_OF(RankOptions, bool, exchange, true);
+  // How long a rank waits for the others at an exchange before naming those that did not answer.
+  SENTINEL_OPTION_OF(RankOptions, double, timeout_seconds, 5.0);
+  // Where the records go: sentinel::store_channel(store) or sentinel::group_channel(group).
+  // Default: a client of the c10d store at MASTER_ADDR:MASTER_PORT (torchrun's, or rank 0's).
+  SENTINEL_OPTION_OF(RankOptions, std::shared_ptr<RankChannel>, channel, nullptr);
+};
+
 class Options {
   // How many of the most recent frames a report shows (HF's default: 21). At least 1.
   SENTINEL_OPTION(int64_t, max_frames_to_save, 21);
@@ -81,6 +102,7 @@ class Options {
   SENTINEL_OPTION(bool, device_sync_each_op, false);
   // false: CUDA tensors are skipped and labelled "not on cpu", as on a build without CUDA.
   SENTINEL_OPTION(bool, watch_cuda, true);
+  SENTINEL_OPTION(RankOptions, ranks, RankOptions());
 
  public:
   // Sets the callback and Action::Callback.

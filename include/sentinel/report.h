@@ -93,6 +93,36 @@ struct DeviceCounters {
   int64_t readbacks = 0;                  // host synchronisations: one per read-back
 };
 
+// What this rank's non-finite values were, among the ranks.
+enum class RankRole {
+  Alone,     // one process, or no exchange took place
+  Made,      // the value appeared on this rank (its own computation or inputs)
+  Received,  // it arrived from another rank (through a collective, e.g. a gradient all-reduce)
+  Stopped,   // this rank saw no inf/nan: it stops because another rank did
+};
+
+// One rank's first non-finite value, as exchanged between the ranks.
+struct RankEvent {
+  int64_t rank = -1;
+  int64_t batch_number = 0;
+  Direction direction = Direction::Forward;
+  int64_t op_index = 0;
+  std::string frame;   // "layers.1 (Linear) aten::addmm"
+  std::string origin;  // that rank's origin line
+  RankRole role = RankRole::Made;  // Made or Received, as that rank judged it
+};
+
+// What the ranks agreed on at the last exchange. Events are ordered by (batch, direction, op
+// index, rank): data-parallel ranks run the same ops in the same order, so no clocks are needed.
+struct RankAgreement {
+  bool exchanged = false;          // an exchange took place
+  std::optional<RankEvent> first;  // the first rank to see inf/nan (none: no answering rank did)
+  RankRole role = RankRole::Alone; // this rank
+  std::vector<int64_t> tripped;    // ranks that saw inf/nan, ascending
+  std::vector<int64_t> missing;    // ranks that did not answer within the timeout
+  std::string problem;             // why the exchange could not complete, if it could not
+};
+
 struct Report {
   int64_t batch_number = 0;
   std::vector<Frame> frames;  // oldest first; the last one is where inf/nan was detected
@@ -101,6 +131,7 @@ struct Report {
   std::string origin;          // one line: where the first non-finite value appeared and why
   int64_t rank = 0;
   int64_t world_size = 1;
+  RankAgreement ranks;  // world_size > 1
   // The C++ call stack of the thread that ran the op, innermost first, with the sentinel's and
   // LibTorch's own frames collapsed into "[... N library frames]" lines. Empty when unavailable.
   std::vector<std::string> stack;
@@ -111,7 +142,9 @@ struct Report {
   // stops at the op itself, with its stacks.
   bool deferred = false;
 
-  // "nonfinite" (frames and origin) or "fp8_alarm" (alarms; frames may be empty).
+  // "nonfinite" (frames and origin), "fp8_alarm" (alarms; frames may be empty), "peer_nonfinite"
+  // (another rank saw inf/nan, this one did not: its last frames) or "ranks_missing" (ranks did not
+  // answer the exchange).
   std::string kind = "nonfinite";
   std::vector<Fp8Alarm> fp8_alarms;
   std::vector<Fp8SlotMetrics> fp8_metrics;  // the last closed FP8 step, when FP8 is watched
@@ -127,8 +160,9 @@ struct Report {
 std::string render_text(const Report& report);
 // One frame in HF's layout (used by trace mode and render_text).
 std::string render_frame_text(const Frame& frame);
-// HF's trace header: "\n\n<17 spaces> *** Starting batch number=N ***\nabs min  abs max  metadata\n".
-std::string batch_header(int64_t batch_number);
+// HF's trace header: "\n\n<17 spaces> *** Starting batch number=N ***\nabs min  abs max  metadata\n";
+// with a rank (>= 0), "*** Starting batch number=N on rank R ***".
+std::string batch_header(int64_t batch_number, int64_t rank = -1);
 // Versioned JSON described by reports/report.schema.json.
 std::string render_json(const Report& report);
 // One slot's metrics as a text line, and as one JSON object on one line (fp8_metrics.jsonl).
@@ -137,5 +171,8 @@ std::string fp8_metrics_json_line(const Fp8SlotMetrics& m);
 const char* to_string(Attribution a);
 const char* to_string(Direction d);
 const char* to_string(EntryKind k);
+const char* to_string(RankRole r);
+// The ranks' part of a text report ("" when world_size is 1).
+std::string render_ranks_text(const Report& report);
 
 }  // namespace sentinel

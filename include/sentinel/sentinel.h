@@ -5,6 +5,7 @@
 #include <sentinel/fp8.h>
 #include <sentinel/fp8_scaling.h>
 #include <sentinel/options.h>
+#include <sentinel/ranks.h>
 #include <sentinel/report.h>
 #include <sentinel/scope.h>
 #include <sentinel/stats.h>

@@ -3,6 +3,7 @@
 //   sentinel demo [fp8] [--report-dir D]
 //   sentinel run --model M.pt --inputs B.pt [--max-frames N] [--trace-batches 1,3]
 //                [--abort-after N] [--report-dir D] [--warn]
+//   sentinel ranks DIR             # summary of the per-rank reports of a run of many ranks
 // Exit codes: 0 clean, 1 internal error, 2 usage error, 3 inf/nan detected, 4 bad input files.
 #include <sentinel/errors.h>
 #include <sentinel/version.h>
@@ -17,6 +18,7 @@
 
 #include "cli/demo_model.h"
 #include "cli/fp8_demo.h"
+#include "cli/ranks_command.h"
 #include "cli/run_command.h"
 
 namespace {
@@ -86,6 +88,10 @@ int main(int argc, char** argv) {
   demo->add_option("name", demo_name, "overflow (default): inf in a T5 feed-forward; fp8: delayed-scaling drift")
       ->check(CLI::IsMember({"overflow", "fp8"}));
 
+  std::string ranks_dir;
+  auto* ranks = app.add_subcommand("ranks", "summarize the reports of a run of many ranks (DIR/rank<R>/): exit 3 if any rank tripped");
+  ranks->add_option("dir", ranks_dir, "the run's report directory")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (ranks->parsed()) return sentinel::cli::summarize_ranks(ranks_dir, std::cout, std::cerr);
     if (run->parsed()) {
       auto options = run_flags.options();
       options.validate();

@@ -34,6 +34,18 @@ void Options::validate() const {
   if (fp8_.enabled() && !(fp8_.overflow_alarm() >= 0 && fp8_.drift_alarm() >= -1e9)) {
     throw OptionError("sentinel: fp8 alarm thresholds must be numbers, overflow_alarm >= 0");
   }
+  if (ranks_.world_size() != -1 && ranks_.world_size() < 1) {
+    throw OptionError("sentinel: ranks world_size must be at least 1 (or -1: from the environment), got " +
+                      std::to_string(ranks_.world_size()));
+  }
+  if (ranks_.rank() < -1 || (ranks_.world_size() >= 1 && ranks_.rank() >= ranks_.world_size())) {
+    throw OptionError("sentinel: ranks rank must be in [0, world_size) (or -1: from the environment), got " +
+                      std::to_string(ranks_.rank()));
+  }
+  if (!(ranks_.timeout_seconds() > 0 && ranks_.timeout_seconds() <= 86400)) {
+    throw OptionError("sentinel: ranks timeout_seconds must be in (0, 86400], got " +
+                      std::to_string(ranks_.timeout_seconds()));
+  }
   if ((action_ == Action::Callback || (fp8_.enabled() && fp8_.alarm_action() == Action::Callback)) && !callback_) {
     throw OptionError("sentinel: Action::Callback needs a callback (set it with Options::callback(fn))");
   }

@@ -22,7 +22,9 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       index(std::move(model_index)),
       ring(static_cast<size_t>(opts.max_frames_to_save())),
       batches(opts.trace_batch_nums(), opts.abort_after_batch_num()),
-      fp8(opts.fp8()) {
+      fp8(opts.fp8()),
+      ranks(std::make_unique<ranks::RankSession>(opts.ranks())),
+      files_dir(ranks->files_dir(opts.report_dir())) {
   // A non-owning handle: threads hold weak copies that expire when this resets.
   alive = std::shared_ptr<capture::Session>(static_cast<capture::Session*>(this), [](capture::Session*) {});
   capture::thread_state().bound.push_back(alive);
@@ -31,6 +33,7 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
 
 Watchdog::Impl::~Impl() {
   capture::release_callback();
+  ranks->leave();  // the other ranks stop waiting for this one
   auto& bound = capture::thread_state().bound;
   for (auto it = bound.begin(); it != bound.end();) {
     auto s = it->lock();
@@ -52,10 +55,12 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   stats_cache.clear();
   forward_ops.clear();
   backward_in_batch = false;
+  backward_ran_in_batch = false;
   capture::thread_state().last_batch_session = alive;
   capture::note_batch_session(alive);
   if (batches.begin()) {
-    opts.output() << batch_header(batches.current()) << std::flush;
+    opts.output() << batch_header(batches.current(), ranks->distributed() ? ranks->identity().rank : -1)
+                  << std::flush;
   }
 }
 
@@ -86,6 +91,7 @@ void Watchdog::Impl::end_auto_batch() {
     end_batch_locked(lock);
   }
   deliver_fp8_alarm();
+  exchange_ranks();
 }
 
 bool Watchdog::Impl::begin_explicit_batch() {
@@ -103,7 +109,12 @@ bool Watchdog::Impl::begin_explicit_batch() {
 void Watchdog::Impl::end_explicit_batch() {
   // A training step inside the batch: its parameters' gradients are checked once, here (which
   // also closes its FP8 step).
-  if (backward_in_batch) check_parameter_gradients();
+  if (backward_in_batch) {
+    // After the user's own code (a gradient all-reduce): what is non-finite now came from there.
+    grads_at_batch_end = true;
+    check_parameter_gradients();
+    grads_at_batch_end = false;
+  }
   auto& ts = capture::thread_state();
   if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
   {
@@ -111,14 +122,15 @@ void Watchdog::Impl::end_explicit_batch() {
     end_batch_locked(lock);
   }
   deliver_fp8_alarm();
+  exchange_ranks();
 }
 
 void Watchdog::Impl::close_fp8_step_locked() {
   if (!fp8.enabled() || !fp8.step_open()) return;
   std::vector<Fp8Alarm> alarms;
   last_fp8_metrics = fp8.end_step(alarms);
-  if (!opts.report_dir().empty()) {
-    std::string error = report::append_fp8_metrics(opts.report_dir(), last_fp8_metrics);
+  if (!files_dir.empty()) {
+    std::string error = report::append_fp8_metrics(files_dir, last_fp8_metrics);
     if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
   }
   if (alarms.empty() || pending_alarm) return;
@@ -148,8 +160,8 @@ void Watchdog::Impl::deliver_fp8_alarm() {
   }
   std::ostream& out = opts.output();
   if (action != Action::Callback) out << text << std::flush;
-  if (!opts.report_dir().empty()) {
-    std::string error = report::write_report_files(opts.report_dir(), *alarm, text);
+  if (!files_dir.empty()) {
+    std::string error = report::write_report_files(files_dir, *alarm, text);
     if (!error.empty()) out << "sentinel: " << error << "\n" << std::flush;
   }
   if (action == Action::Abort) {
@@ -168,13 +180,23 @@ void Watchdog::Impl::deliver_fp8_alarm() {
 }
 
 void Watchdog::Impl::throw_pending() {
+  bool due = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    due = pending != nullptr;
+  }
+  // A safe point where something tripped: the other ranks hear of it before it is thrown.
+  if (due) exchange_ranks();
   std::exception_ptr e;
   {
     std::lock_guard<std::mutex> lock(mutex);
     std::swap(e, pending);
+    pending_is_report = false;
     stopped = false;
   }
-  if (e) std::rethrow_exception(e);
+  if (!e) return;
+  ranks->leave();  // exchanges this rank will miss take its last record instead of waiting
+  std::rethrow_exception(e);
 }
 
 // Called with the lock held and the detecting frame just pushed.
@@ -187,24 +209,34 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
     report.stack = report::user_call_stack();
     if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
   }
+  stamp_rank(report);
+  deliver(std::move(report), lock);
+}
+
+void Watchdog::Impl::deliver(Report report, std::unique_lock<std::mutex>& lock) {
   reported_batch = report.batch_number;
   last_report = report;
   const std::string text = render_text(report);
   const Action action = opts.action();
   if (action == Action::Throw) {
-    pending = std::make_exception_ptr(NonFiniteError(report, text));
+    pending = report.kind == "ranks_missing" ? std::make_exception_ptr(RanksMissingError(report, text))
+                                             : std::make_exception_ptr(NonFiniteError(report, text));
+    pending_is_report = true;
     stopped = true;
   }
   lock.unlock();  // files and user callbacks run without the lock
 
   std::ostream& out = opts.output();
   if (action != Action::Callback) out << text << std::flush;
-  if (!opts.report_dir().empty()) {
-    std::string error = report::write_report_files(opts.report_dir(), report, text);
+  if (!files_dir.empty()) {
+    std::string error = report::write_report_files(files_dir, report, text);
     if (!error.empty()) out << "sentinel: " << error << " (the report above is complete)\n" << std::flush;
   }
   if (action == Action::Abort) {
-    std::cerr << "sentinel: inf/nan detected, aborting (Action::Abort)\n" << std::flush;
+    std::cerr << "sentinel: " << (report.kind == "ranks_missing" ? "ranks did not answer" : "inf/nan detected")
+              << ", aborting (Action::Abort)\n"
+              << std::flush;
+    ranks->leave();
     std::abort();
   }
   if (action == Action::Callback && opts.callback()) {
@@ -223,8 +255,8 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
 Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
   if (!model) throw OptionError("sentinel::Watchdog: the model is null");
   options.validate();
-  report::prepare_report_dir(options.report_dir());
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  report::prepare_report_dir(impl->files_dir);
   impl->index =
       std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
   impl_ = std::move(impl);
@@ -232,8 +264,8 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
 
 Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
   options.validate();
-  report::prepare_report_dir(options.report_dir());
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  report::prepare_report_dir(impl->files_dir);
   impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
   impl_ = std::move(impl);
 }
@@ -254,6 +286,8 @@ void Watchdog::backward(const at::Tensor& loss) {
   loss.backward();
   impl_->check_parameter_gradients();
   impl_->deliver_fp8_alarm();
+  // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.
+  impl_->exchange_ranks();
   impl_->throw_pending();
 }
 

@@ -57,6 +57,7 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
     f.add(read_entry(f, g, Role::Input, static_cast<int>(i), -1, false, probe_fp8 ? &gradient : nullptr));
   }
   backward_in_batch = true;
+  backward_ran_in_batch = true;
   ts.open_backward_owner = this;
 }
 
@@ -84,6 +85,7 @@ void Watchdog::Impl::check_parameter_gradients() {
   std::unique_lock<std::mutex> lock(mutex);
   if (stopped || !index) return;
   backward_in_batch = false;
+  backward_ran_in_batch = true;
   at::DisableRecordFunctionGuard no_recursion;
   c10::InferenceMode no_autograd;
   const uint32_t op = strings.intern("AccumulateGrad");

@@ -23,6 +23,7 @@
 #include "core/string_table.h"
 #include "device/deferred_frames.h"
 #include "device/stats_device.h"
+#include "ranks/rank_session.h"
 
 #include <c10/util/ArrayRef.h>
 
@@ -68,6 +69,10 @@ struct Watchdog::Impl final : capture::Session {
   // Runs the action of a pending FP8 alarm; call without the lock.
   void deliver_fp8_alarm();
 
+  // At a safe point: exchange with the other ranks once per batch (without the lock, which it
+  // takes), then report what the agreement says this rank must know.
+  void exchange_ranks();
+
   Frame to_frame(const core::FrameRecord& f) const;
   Report build_report() const;
 
@@ -99,6 +104,14 @@ struct Watchdog::Impl final : capture::Session {
   DeviceCounters device_counters;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
+  // Many ranks: identity, per-rank files, the exchanges (src/core/watchdog_ranks.cpp).
+  std::unique_ptr<ranks::RankSession> ranks;
+  std::string files_dir;           // where report files go: report_dir, or report_dir/rank<R>
+  bool grads_at_batch_end = false; // check_parameter_gradients runs after the user's own code
+  bool backward_ran_in_batch = false;  // what is made after it is the gradients' (all-reduce)
+  bool pending_is_report = false;  // `pending` carries last_report (updated by an exchange)
+  std::optional<RankAgreement> reported_agreement;  // what the last rank report said
+
   mutable std::mutex mutex;
   std::exception_ptr pending;     // thrown at the next safe point
   bool stopped = false;           // a trip or abort is pending: record nothing more
@@ -115,6 +128,13 @@ struct Watchdog::Impl final : capture::Session {
   void begin_batch_locked(std::unique_lock<std::mutex>& lock);
   void end_batch_locked(std::unique_lock<std::mutex>& lock);
   void trip(std::unique_lock<std::mutex>& lock);
+  // This rank's rank fields, and its first inf/nan as the other ranks will hear of it.
+  void stamp_rank(Report& report);
+  // Records the report, then runs the action: prints it, writes its files, calls back or makes
+  // the pending error. Unlocks.
+  void deliver(Report report, std::unique_lock<std::mutex>& lock);
+  // An exchange's news for this rank (lock held; may unlock to deliver).
+  void act_on_agreement(const RankAgreement& agreement, std::unique_lock<std::mutex>& lock);
   // After a frame is complete: keep it, trace it or detect on it. Called with the lock held.
   void finish_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
   // Ring, trace or detection for a frame whose numbers are all known.

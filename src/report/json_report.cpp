@@ -81,6 +81,19 @@ std::string render_json(const Report& report) {
   for (const auto& m : report.fp8_metrics) metrics.push_back(fp8_metrics_json(m));
   nlohmann::json alarms = nlohmann::json::array();
   for (const auto& a : report.fp8_alarms) alarms.push_back({{"reason", a.reason}, {"metrics", fp8_metrics_json(a.metrics)}});
+  const RankAgreement& a = report.ranks;
+  nlohmann::json first = nullptr;
+  if (a.first) {
+    first = {{"rank", a.first->rank},
+             {"batch_number", a.first->batch_number},
+             {"direction", to_string(a.first->direction)},
+             {"op_index", a.first->op_index},
+             {"frame", a.first->frame},
+             {"origin", a.first->origin},
+             {"role", to_string(a.first->role)}};
+  }
+  nlohmann::json ranks{{"exchanged", a.exchanged}, {"role", to_string(a.role)}, {"first", first},
+                       {"tripped", a.tripped},     {"missing", a.missing},       {"problem", a.problem}};
   nlohmann::json j{{"schema_version", SENTINEL_REPORT_SCHEMA_VERSION},
                    {"sentinel_version", SENTINEL_VERSION_STRING},
                    {"kind", report.kind},
@@ -89,6 +102,7 @@ std::string render_json(const Report& report) {
                    {"batch_number", report.batch_number},
                    {"rank", report.rank},
                    {"world_size", report.world_size},
+                   {"ranks", ranks},
                    {"produced_here", report.produced_here},
                    {"origin", report.origin},
                    {"trigger_frame", report.frames.empty() ? 0 : report.frames.size() - 1},

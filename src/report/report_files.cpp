@@ -37,9 +37,12 @@ std::string append_fp8_metrics(const std::string& dir, const std::vector<Fp8Slot
 }
 
 std::string write_report_files(const std::string& dir, const Report& report, const std::string& text) {
-  const std::string stem = (report.world_size > 1 ? "rank" + std::to_string(report.rank) + "_" : std::string()) +
-                           (report.kind == "fp8_alarm" ? "sentinel_fp8_alarm_batch" : "sentinel_batch") +
-                           std::to_string(report.batch_number);
+  // Many ranks write into rank<R>/ directories of their own: the names need no rank.
+  const char* kind = report.kind == "fp8_alarm"        ? "sentinel_fp8_alarm_batch"
+                     : report.kind == "peer_nonfinite" ? "sentinel_peer_batch"
+                     : report.kind == "ranks_missing"  ? "sentinel_ranks_missing_batch"
+                                                       : "sentinel_batch";
+  const std::string stem = kind + std::to_string(report.batch_number);
   std::string errors;
   auto write = [&](const std::string& name, const std::string& content) {
     const fs::path path = fs::path(dir) / name;

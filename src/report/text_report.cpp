@@ -38,9 +38,9 @@ std::string entry_line(const Entry& e) {
 
 }  // namespace
 
-std::string batch_header(int64_t batch_number) {
-  return "\n\n" + kPrefix + " *** Starting batch number=" + std::to_string(batch_number) + " ***\n" +
-         "abs min  abs max  metadata\n";
+std::string batch_header(int64_t batch_number, int64_t rank) {
+  return "\n\n" + kPrefix + " *** Starting batch number=" + std::to_string(batch_number) +
+         (rank >= 0 ? " on rank " + std::to_string(rank) : std::string()) + " ***\n" + "abs min  abs max  metadata\n";
 }
 
 std::string render_frame_text(const Frame& frame) {
@@ -78,7 +78,15 @@ std::string render_text(const Report& report) {
     }
     return out;
   }
-  std::string out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + "\n";
+  std::string out;
+  const std::string on_rank = report.world_size > 1 ? " on rank " + std::to_string(report.rank) : std::string();
+  if (report.kind == "peer_nonfinite") {
+    out = "Another rank detected inf/nan; none during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
+  } else if (report.kind == "ranks_missing") {
+    out = "Ranks did not answer during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
+  } else {
+    out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
+  }
   bool any_backward = false;
   for (const auto& f : report.frames) any_backward = any_backward || f.direction == Direction::Backward;
   out += "Last " + std::to_string(report.frames.size()) +
@@ -91,6 +99,7 @@ std::string render_text(const Report& report) {
     out += render_frame_text(f);
   }
   out += "\n" + report.origin + "\n";
+  out += render_ranks_text(report);
   if (report.deferred) {
     out += "Found when the device's statistics were read back, after the op had run: no call stack.\n"
            "Options::device_sync_each_op(true) stops at the op itself, with its call stack.\n";
@@ -118,6 +127,49 @@ const char* to_string(Attribution a) {
     case Attribution::ModelRoot: return "model_root";
   }
   return "?";
+}
+
+const char* to_string(RankRole r) {
+  switch (r) {
+    case RankRole::Alone: return "alone";
+    case RankRole::Made: return "made";
+    case RankRole::Received: return "received";
+    case RankRole::Stopped: return "stopped";
+  }
+  return "?";
+}
+
+std::string render_ranks_text(const Report& report) {
+  if (report.world_size <= 1) return "";
+  const RankAgreement& a = report.ranks;
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string s;
+    for (int64_t r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
+    return s;
+  };
+  std::string out = "Ranks: this is rank " + std::to_string(report.rank) + " of " + std::to_string(report.world_size) + ".\n";
+  if (!a.exchanged) {
+    out += "  The ranks have not exchanged yet: whether another rank saw inf/nan first is not known here.\n";
+  }
+  if (a.first) {
+    const RankEvent& f = *a.first;
+    out += "  First to see inf/nan: rank " + std::to_string(f.rank) + ", batch " + std::to_string(f.batch_number) +
+           ", " + to_string(f.direction) + " op " + std::to_string(f.op_index) + ": " + f.frame + " (" +
+           (f.role == RankRole::Received ? "received there" : "made there") + ")\n";
+    if (f.rank != report.rank) out += "  Its " + f.origin + "\n";
+  } else if (a.exchanged) {
+    out += "  No rank that answered saw inf/nan.\n";
+  }
+  switch (a.role) {
+    case RankRole::Made: out += "  This rank made the inf/nan (from its own computation or inputs).\n"; break;
+    case RankRole::Received: out += "  This rank received the inf/nan from another rank (through a collective).\n"; break;
+    case RankRole::Stopped: out += "  This rank saw no inf/nan: it stops because of the other ranks.\n"; break;
+    case RankRole::Alone: break;
+  }
+  if (!a.tripped.empty()) out += "  Ranks that saw inf/nan: " + list(a.tripped) + "\n";
+  if (!a.missing.empty()) out += "  Ranks that did not answer: " + list(a.missing) + "\n";
+  if (!a.problem.empty()) out += "  " + a.problem + "\n";
+  return out;
 }
 
 const char* to_string(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }

@@ -1,0 +1,150 @@
+// The watchdog among many ranks: what this rank tells the others at a trip, and what it does with
+// what they tell it (src/ranks/ carries the records).
+#include <algorithm>
+#include <cstring>
+
+#include "core/watchdog_impl.h"
+#include "report/report_files.h"
+
+namespace sentinel {
+
+namespace {
+
+// Collectives write what other ranks sent: a non-finite output from finite inputs arrived here.
+bool is_collective(const std::string& op) {
+  static const char* const kNames[] = {"c10d::", "gloo:", "nccl:", "allreduce", "all_reduce", "allgather",
+                                       "all_gather", "reduce_scatter", "broadcast", "all_to_all", "alltoall"};
+  for (const char* n : kNames) {
+    if (op.find(n) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string describe_frame(const Frame& f) {
+  std::string place = f.module_path.empty() ? "<root>" : f.module_path;
+  if (!f.module_class.empty()) place += " (" + f.module_class + ")";
+  return place + " " + (f.direction == Direction::Backward ? "grad " : "") + f.op;
+}
+
+bool same_news(const RankAgreement& a, const RankAgreement& b) {
+  const bool same_first = a.first.has_value() == b.first.has_value() &&
+                          (!a.first || (a.first->rank == b.first->rank && a.first->batch_number == b.first->batch_number &&
+                                        a.first->op_index == b.first->op_index));
+  return same_first && a.tripped == b.tripped && a.missing == b.missing && a.problem == b.problem;
+}
+
+std::string rank_list(const std::vector<int64_t>& ranks) {
+  std::string out;
+  for (int64_t r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+void Watchdog::Impl::stamp_rank(Report& report) {
+  report.rank = ranks->identity().rank;
+  report.world_size = ranks->identity().world_size;
+  if (!ranks->distributed() || report.kind != "nonfinite" || report.frames.empty()) return;
+  const Frame& t = report.trigger();
+  RankEvent e;
+  e.rank = report.rank;
+  e.batch_number = t.batch_number;
+  e.direction = t.direction;
+  e.op_index = t.op_index;
+  e.frame = describe_frame(t);
+  e.role = RankRole::Made;
+  if (report.produced_here && is_collective(t.op)) {
+    e.role = RankRole::Received;
+    report.origin = "origin: received from another rank - " + t.op + " in " +
+                    (t.module_path.empty() ? std::string("the model's root") : t.module_path) +
+                    " returned inf/nan from finite inputs on this rank";
+  } else if (report.produced_here && grads_at_batch_end && t.op == "AccumulateGrad") {
+    // The backward's own frames were finite (a non-finite one would have tripped there), so the
+    // gradients changed after it: in data-parallel training, by the all-reduce.
+    e.role = RankRole::Received;
+    report.origin = "origin: received from another rank - the parameter gradients of " +
+                    (t.module_path.empty() ? std::string("the model's root") : t.module_path) +
+                    " were finite when backward made them and hold inf/nan at batch end (after the "
+                    "gradient all-reduce)";
+  } else if (!report.produced_here && t.direction == Direction::Forward && backward_ran_in_batch) {
+    // The first inf/nan this rank sees is already in an input after this batch's backward, with
+    // no op here having made it: it came in between the ops, where the gradients are all-reduced.
+    e.role = RankRole::Received;
+    report.origin = "origin: received from another rank - " + report.origin.substr(std::strlen("origin: ")) +
+                    "; no op on this rank made it: it arrived after the backward (the gradient all-reduce)";
+  }
+  e.origin = report.origin;
+  report.ranks.role = e.role;
+  ranks->note_trip(e);
+}
+
+void Watchdog::Impl::exchange_ranks() {
+  if (!ranks->exchanging()) return;
+  int64_t batch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    batch = batches.current();
+    if (ranks->exchanged(batch)) return;
+  }
+  // Without the lock: this waits for the other ranks, up to the timeout.
+  const RankAgreement agreement = ranks->exchange(batch);
+  std::unique_lock<std::mutex> lock(mutex);
+  act_on_agreement(agreement, lock);
+}
+
+void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<std::mutex>& lock) {
+  std::ostream& out = opts.output();
+  if (!a.exchanged) {
+    if (!a.problem.empty() && !reported_agreement) {
+      reported_agreement = a;
+      out << "sentinel: rank " << ranks->identity().rank << ": " << a.problem << "\n" << std::flush;
+    }
+    return;
+  }
+  if (reported_agreement && same_news(*reported_agreement, a)) return;
+  const bool news = a.first || !a.missing.empty() || !a.problem.empty();
+  if (!news) return;
+  reported_agreement = a;
+
+  if (ranks->own_trip() && last_report && last_report->kind == "nonfinite") {
+    // This rank's report is written: it gains what the others said, in place and in its files.
+    Report& r = *last_report;
+    r.ranks = a;
+    const std::string text = render_text(r);
+    if (pending && pending_is_report) pending = std::make_exception_ptr(NonFiniteError(r, text));
+    const Report updated = r;
+    lock.unlock();
+    out << render_ranks_text(updated) << std::flush;
+    if (!files_dir.empty()) {
+      const std::string error = report::write_report_files(files_dir, updated, text);
+      if (!error.empty()) out << "sentinel: " << error << "\n" << std::flush;
+    }
+    lock.lock();
+    return;
+  }
+  if (stopped) return;  // an error is already on its way to the user
+
+  Report r = build_report();  // this rank's own last frames, for the context
+  r.rank = ranks->identity().rank;
+  r.world_size = ranks->identity().world_size;
+  r.batch_number = batches.current();
+  r.produced_here = false;
+  r.fp8_metrics = last_fp8_metrics;
+  r.ranks = a;
+  if (a.first) {
+    const RankEvent& f = *a.first;
+    r.kind = "peer_nonfinite";
+    r.origin = "origin: on rank " + std::to_string(f.rank) + " - it saw inf/nan first, in batch " +
+               std::to_string(f.batch_number) + ", " + to_string(f.direction) + " op " +
+               std::to_string(f.op_index) + ": " + f.frame + "; this rank saw none and stops with it";
+  } else {
+    r.kind = "ranks_missing";
+    r.origin = "origin: unknown - rank" + std::string(a.missing.size() > 1 ? "s " : " ") + rank_list(a.missing) +
+               " did not answer within " + std::to_string(static_cast<int64_t>(ranks->timeout_seconds() * 1000)) +
+               " ms (died, hung, or never reached the exchange) and no rank that answered saw inf/nan";
+  }
+  deliver(std::move(r), lock);
+  lock.lock();
+}
+
+}  // namespace sentinel

@@ -1,0 +1,36 @@
+#pragma once
+// The record each rank publishes at an exchange, and the agreement every rank derives from the
+// records: the same on every rank, since every rank orders the same records the same way.
+#include <sentinel/report.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sentinel {
+namespace ranks {
+
+struct RankRecord {
+  int64_t rank = 0;
+  bool left = false;                // the rank has stopped answering (its error went to the user)
+  std::optional<RankEvent> tripped; // its first inf/nan, if it saw one
+};
+
+// Text, one `key=value` per line; values have no newlines. Strings are cut to keep a record
+// under kMaxRecordBytes (the fixed size of a collective's buffer).
+constexpr size_t kMaxRecordBytes = 2048;
+std::string encode(const RankRecord& record);
+// std::nullopt for text that is not a record of this format.
+std::optional<RankRecord> decode(const std::string& text);
+
+// (batch, direction, op index, rank): forward before backward within a batch.
+bool earlier(const RankEvent& a, const RankEvent& b);
+
+// Every rank's view of one exchange: `records[r]` empty when rank r did not answer (or sent
+// something unreadable: `unreadable` lists those). `self` is this rank's own record.
+RankAgreement agree(const RankRecord& self, const std::vector<std::optional<RankRecord>>& records,
+                    const std::vector<int64_t>& unreadable);
+
+}  // namespace ranks
+}  // namespace sentinel

@@ -1,0 +1,139 @@
+#include "ranks/rank_session.h"
+
+#include <sentinel/errors.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "ranks/rank_channel.h"
+#include "ranks/store_channel.h"
+
+namespace sentinel {
+namespace ranks {
+
+namespace {
+
+
+std::optional<int64_t> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  try {
+    size_t used = 0;
+    const int64_t x = std::stoll(v, &used);
+    if (used == std::string(v).size()) return x;
+  } catch (...) {
+  }
+  throw OptionError(std::string("sentinel: the environment variable ") + name + " must be an integer, got '" + v + "'");
+}
+
+}  // namespace
+
+Identity resolve_identity(const RankOptions& options, const RankChannel* channel) {
+  Identity id;
+  id.source = "one process";
+  if (channel && channel->world_size() > 0) {
+    id.rank = channel->rank();
+    id.world_size = channel->world_size();
+    id.source = "the process group";
+  } else if (auto world = env_int("WORLD_SIZE")) {
+    const auto rank = env_int("RANK");
+    if (*world < 1) throw OptionError("sentinel: WORLD_SIZE must be at least 1, got " + std::to_string(*world));
+    if (*world > 1 && !rank) throw OptionError("sentinel: WORLD_SIZE is " + std::to_string(*world) + " but RANK is not set");
+    id.world_size = *world;
+    id.rank = rank.value_or(0);
+    id.source = "RANK and WORLD_SIZE";
+  }
+  if (options.world_size() != -1) {
+    id.world_size = options.world_size();
+    id.source = "RankOptions";
+  }
+  if (options.rank() != -1) {
+    id.rank = options.rank();
+    id.source = "RankOptions";
+  }
+  if (id.rank < 0 || id.rank >= id.world_size) {
+    throw OptionError("sentinel: rank " + std::to_string(id.rank) + " (from " + id.source +
+                      ") is not in [0, world size " + std::to_string(id.world_size) + ")");
+  }
+  return id;
+}
+
+RankSession::RankSession(const RankOptions& options)
+    : exchange_(options.exchange()), timeout_seconds_(options.timeout_seconds()), channel_(options.channel()) {
+  id_ = resolve_identity(options, channel_.get());
+  self_.rank = id_.rank;
+  if (exchanging() && !channel_) channel_ = default_channel();
+  if (exchanging()) {
+    channel_->bind(id_.rank, id_.world_size);
+  }
+}
+
+std::string RankSession::files_dir(const std::string& report_dir) const {
+  if (report_dir.empty() || !distributed()) return report_dir;
+  return (std::filesystem::path(report_dir) / ("rank" + std::to_string(id_.rank))).string();
+}
+
+void RankSession::note_trip(const RankEvent& event) {
+  if (!self_.tripped) self_.tripped = event;
+}
+
+RankAgreement RankSession::exchange(int64_t batch) {
+  last_round_ = std::max(last_round_, batch);
+  RankAgreement a;
+  if (!exchanging()) return a;
+  if (!failure_.empty()) {
+    a.problem = failure_;
+    return a;
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds_ * 1000));
+  std::vector<std::optional<std::string>> texts;
+  try {
+    texts = channel_->exchange(batch, encode(self_), timeout);
+  } catch (const ChannelUnavailable& e) {
+    // Nothing says a rank failed: the ranks cannot talk at all. Say so once and watch alone.
+    failure_ = std::string(e.what()) + " (no exchanges: this rank watches on its own)";
+    a.problem = failure_;
+    return a;
+  } catch (const std::exception& e) {
+    failure_ = "the exchange through " + channel_->describe() + " failed: " + e.what() +
+               " (no further exchanges; this rank keeps watching on its own)";
+    a.problem = failure_;
+    // Which ranks would have answered is unknown: name them all.
+    for (int64_t r = 0; r < id_.world_size; ++r) {
+      if (r != id_.rank) a.missing.push_back(r);
+    }
+    a.exchanged = true;
+    a.role = self_.tripped ? self_.tripped->role : RankRole::Stopped;
+    return a;
+  }
+  std::vector<std::optional<RankRecord>> records(static_cast<size_t>(id_.world_size));
+  std::vector<int64_t> unreadable;
+  for (int64_t r = 0; r < id_.world_size && r < static_cast<int64_t>(texts.size()); ++r) {
+    if (!texts[r] || r == id_.rank) continue;
+    auto rec = decode(*texts[r]);
+    if (rec && rec->rank == r) {
+      records[r] = std::move(rec);
+    } else {
+      unreadable.push_back(r);
+    }
+  }
+  RankAgreement agreed = agree(self_, records, unreadable);
+  const std::string trouble = channel_->problem();
+  if (!trouble.empty()) agreed.problem += (agreed.problem.empty() ? "" : "; ") + trouble;
+  return agreed;
+}
+
+void RankSession::leave() noexcept {
+  if (!exchanging() || left_ || !failure_.empty()) return;
+  left_ = true;
+  RankRecord farewell = self_;
+  farewell.left = true;
+  try {
+    channel_->leave(encode(farewell));
+  } catch (...) {
+  }
+}
+
+}  // namespace ranks
+}  // namespace sentinel

@@ -1,0 +1,59 @@
+#pragma once
+// One watchdog's place among the ranks: who it is, where its files go, and the exchanges.
+#include <sentinel/options.h>
+#include <sentinel/report.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ranks/rank_record.h"
+
+namespace sentinel {
+namespace ranks {
+
+struct Identity {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  std::string source;  // "one process", "RANK and WORLD_SIZE", "RankOptions", "the process group"
+};
+
+// RankOptions first, then the channel's process group, then torchrun's RANK and WORLD_SIZE;
+// throws sentinel::OptionError naming a malformed or inconsistent value.
+Identity resolve_identity(const RankOptions& options, const RankChannel* channel);
+
+class RankSession {
+ public:
+  explicit RankSession(const RankOptions& options);
+  const Identity& identity() const { return id_; }
+  bool distributed() const { return id_.world_size > 1; }
+  bool exchanging() const { return distributed() && exchange_; }
+  // <report_dir>/rank<R> for many ranks, else report_dir itself.
+  std::string files_dir(const std::string& report_dir) const;
+
+  // This rank's first inf/nan (the one the others need; later ones are not sent).
+  void note_trip(const RankEvent& event);
+  const std::optional<RankEvent>& own_trip() const { return self_.tripped; }
+  // At most one exchange per batch: true when this batch's has taken place.
+  bool exchanged(int64_t batch) const { return last_round_ >= batch; }
+  // Publishes this rank's record for `batch` and gathers the others' (blocks up to the timeout).
+  // Never throws: a failing channel is reported in RankAgreement::problem and not used again.
+  RankAgreement exchange(int64_t batch);
+  // This rank stops answering (an error goes to the user): its record stands in for it.
+  void leave() noexcept;
+  double timeout_seconds() const { return timeout_seconds_; }
+
+ private:
+  Identity id_;
+  bool exchange_ = true;
+  double timeout_seconds_ = 5;
+  std::shared_ptr<RankChannel> channel_;
+  std::string failure_;  // why the channel is no longer used
+  RankRecord self_;
+  int64_t last_round_ = -1;
+  bool left_ = false;
+};
+
+}  // namespace ranks
+}  // namespace sentinel

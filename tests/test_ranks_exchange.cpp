@@ -1,0 +1,352 @@
+// The ranks' exchange inside one process: records, ordering, identity, the store channel with
+// answers, silence, farewells and garbage, the process-group channel on Gloo, and two watchdogs
+// on two threads standing for two ranks. (tests/ranks runs real processes.)
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "ranks/rank_record.h"
+#include "ranks/rank_session.h"
+#include "support/test_models.h"
+
+namespace {
+
+using sentinel::RankEvent;
+using sentinel::RankRole;
+using sentinel::ranks::RankRecord;
+
+RankEvent event(int64_t rank, int64_t batch, sentinel::Direction d, int64_t op) {
+  RankEvent e;
+  e.rank = rank;
+  e.batch_number = batch;
+  e.direction = d;
+  e.op_index = op;
+  e.frame = "fc" + std::to_string(op) + " (Linear) aten::addmm";
+  e.origin = "origin: op " + std::to_string(op);
+  return e;
+}
+
+RankRecord record(int64_t rank, std::optional<RankEvent> e = std::nullopt) {
+  RankRecord r;
+  r.rank = rank;
+  r.tripped = std::move(e);
+  return r;
+}
+
+// Stores live as long as the test program: a store's address keys the watchdogs' scopes on it.
+c10::intrusive_ptr<c10d::Store> new_store() {
+  static std::vector<c10::intrusive_ptr<c10d::Store>> keep;
+  keep.push_back(c10::make_intrusive<c10d::HashStore>());
+  return keep.back();
+}
+
+sentinel::RankOptions rank_options(int64_t rank, int64_t world, const c10::intrusive_ptr<c10d::Store>& store,
+                                   double timeout = 5) {
+  return sentinel::RankOptions().rank(rank).world_size(world).timeout_seconds(timeout).channel(
+      sentinel::store_channel(store));
+}
+
+struct EnvGuard {  // sets variables for one test and restores them
+  explicit EnvGuard(std::vector<std::pair<std::string, std::string>> vars) {
+    for (auto& [k, v] : vars) {
+      const char* old = std::getenv(k.c_str());
+      saved.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+      if (v.empty()) unsetenv(k.c_str());
+      else setenv(k.c_str(), v.c_str(), 1);
+    }
+  }
+  ~EnvGuard() {
+    for (auto& [k, v] : saved) {
+      if (v) setenv(k.c_str(), v->c_str(), 1);
+      else unsetenv(k.c_str());
+    }
+  }
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+};
+
+TEST(RankRecord, RoundTripsAndRejectsWhatIsNotARecord) {
+  RankEvent e = event(3, 7, sentinel::Direction::Backward, 42);
+  e.role = RankRole::Received;
+  e.frame = "line one\nline two";
+  e.origin = std::string(5000, 'x');
+  RankRecord r = record(3, e);
+  const std::string text = sentinel::ranks::encode(r);
+  EXPECT_LE(text.size(), sentinel::ranks::kMaxRecordBytes);
+  auto back = sentinel::ranks::decode(text);
+  ASSERT_TRUE(back && back->tripped);
+  EXPECT_EQ(back->rank, 3);
+  EXPECT_EQ(back->tripped->rank, 3);
+  EXPECT_EQ(back->tripped->batch_number, 7);
+  EXPECT_EQ(back->tripped->direction, sentinel::Direction::Backward);
+  EXPECT_EQ(back->tripped->op_index, 42);
+  EXPECT_EQ(back->tripped->role, RankRole::Received);
+  EXPECT_EQ(back->tripped->frame, "line one line two");
+  EXPECT_FALSE(back->left);
+
+  auto clean = sentinel::ranks::decode(sentinel::ranks::encode(record(1)));
+  ASSERT_TRUE(clean);
+  EXPECT_FALSE(clean->tripped);
+  for (const char* bad : {"", "garbage", "sentinel-rank-record 1\nrank=x\n", "sentinel-rank-record 1\nleft=0\n",
+                          "sentinel-rank-record 1\nrank=1\nbatch=2\n", "sentinel-rank-record 1\nrank=-4\n"}) {
+    EXPECT_FALSE(sentinel::ranks::decode(bad)) << bad;
+  }
+}
+
+TEST(RankAgreement, FirstIsOrderedByBatchDirectionOpThenRank) {
+  using D = sentinel::Direction;
+  // Same batch: forward before backward, whatever the op index; then the op index; then the rank.
+  std::vector<std::optional<RankRecord>> records = {
+      record(0, event(0, 2, D::Backward, 1)), record(1, event(1, 2, D::Forward, 30)),
+      record(2, event(2, 2, D::Forward, 30)), record(3, event(3, 3, D::Forward, 0))};
+  auto a = sentinel::ranks::agree(*records[3], records, {});
+  ASSERT_TRUE(a.first);
+  EXPECT_EQ(a.first->rank, 1);
+  EXPECT_EQ(a.tripped, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(a.missing.empty());
+  EXPECT_EQ(a.role, RankRole::Made);
+  // An earlier batch wins over everything in a later one.
+  records[0] = record(0, event(0, 1, D::Backward, 99));
+  EXPECT_EQ(sentinel::ranks::agree(*records[3], records, {}).first->rank, 0);
+}
+
+TEST(RankAgreement, SilentRanksAreMissingAndACleanRankIsStopped) {
+  std::vector<std::optional<RankRecord>> records = {record(0), std::nullopt,
+                                                    record(2, event(2, 5, sentinel::Direction::Forward, 3)),
+                                                    std::nullopt};
+  auto a = sentinel::ranks::agree(*records[0], records, {3});
+  EXPECT_EQ(a.missing, (std::vector<int64_t>{1, 3}));
+  EXPECT_NE(a.problem.find("unreadable records from rank 3"), std::string::npos) << a.problem;
+  ASSERT_TRUE(a.first);
+  EXPECT_EQ(a.first->rank, 2);
+  EXPECT_EQ(a.role, RankRole::Stopped);
+  // Nobody tripped, nobody missing: nothing to stop for.
+  std::vector<std::optional<RankRecord>> calm = {record(0), record(1)};
+  auto b = sentinel::ranks::agree(*calm[0], calm, {});
+  EXPECT_FALSE(b.first);
+  EXPECT_EQ(b.role, RankRole::Alone);
+}
+
+TEST(RankIdentity, FromTorchrunsVariablesOptionsAndErrorsNamingTheVariable) {
+  {
+    EnvGuard env({{"RANK", "2"}, {"WORLD_SIZE", "4"}});
+    auto id = sentinel::ranks::resolve_identity(sentinel::RankOptions(), nullptr);
+    EXPECT_EQ(id.rank, 2);
+    EXPECT_EQ(id.world_size, 4);
+    auto over = sentinel::ranks::resolve_identity(sentinel::RankOptions().rank(1).world_size(2), nullptr);
+    EXPECT_EQ(over.rank, 1);
+    EXPECT_EQ(over.world_size, 2);
+  }
+  {
+    EnvGuard env({{"RANK", ""}, {"WORLD_SIZE", ""}});
+    auto id = sentinel::ranks::resolve_identity(sentinel::RankOptions(), nullptr);
+    EXPECT_EQ(id.rank, 0);
+    EXPECT_EQ(id.world_size, 1);
+  }
+  auto error = [](std::vector<std::pair<std::string, std::string>> vars, sentinel::RankOptions o) -> std::string {
+    EnvGuard env(std::move(vars));
+    try {
+      sentinel::ranks::resolve_identity(o, nullptr);
+    } catch (const sentinel::OptionError& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  EXPECT_NE(error({{"RANK", "0"}, {"WORLD_SIZE", "two"}}, {}).find("WORLD_SIZE must be an integer, got 'two'"),
+            std::string::npos);
+  EXPECT_NE(error({{"RANK", ""}, {"WORLD_SIZE", "3"}}, {}).find("RANK is not set"), std::string::npos);
+  EXPECT_NE(error({{"RANK", "5"}, {"WORLD_SIZE", "3"}}, {}).find("rank 5"), std::string::npos);
+  EXPECT_NE(error({{"RANK", ""}, {"WORLD_SIZE", ""}}, sentinel::RankOptions().rank(3)).find("rank 3"),
+            std::string::npos);
+}
+
+// Each rank of `world` on its own thread: `act(session)` returns what that rank agreed on.
+std::vector<sentinel::RankAgreement> on_threads(int64_t world,
+                                                const std::function<sentinel::RankAgreement(int64_t)>& act) {
+  std::vector<sentinel::RankAgreement> out(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) threads.emplace_back([&, r] { out[r] = act(r); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(StoreChannel, EveryRankAgreesOnTheFirstTripAndItsRole) {
+  auto store = new_store();
+  std::vector<std::unique_ptr<sentinel::ranks::RankSession>> s;
+  for (int64_t r = 0; r < 3; ++r) s.push_back(std::make_unique<sentinel::ranks::RankSession>(rank_options(r, 3, store)));
+  s[2]->note_trip(event(2, 4, sentinel::Direction::Forward, 11));
+  s[1]->note_trip(event(1, 4, sentinel::Direction::Backward, 2));
+  for (int64_t round : {0, 1, 4}) {
+    auto agreed = on_threads(3, [&](int64_t r) { return s[r]->exchange(round); });
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto& a = agreed[r];
+      EXPECT_TRUE(a.exchanged);
+      EXPECT_TRUE(a.missing.empty()) << "rank " << r;
+      ASSERT_TRUE(a.first) << "rank " << r;
+      EXPECT_EQ(a.first->rank, 2);
+      EXPECT_EQ(a.first->op_index, 11);
+      EXPECT_EQ(a.tripped, (std::vector<int64_t>{1, 2}));
+      EXPECT_EQ(a.role, r == 0 ? RankRole::Stopped : RankRole::Made);
+      EXPECT_TRUE(s[r]->exchanged(round));
+    }
+  }
+}
+
+TEST(StoreChannel, ARankThatNeverAnswersIsNamedAndNotWaitedForAgain) {
+  auto store = new_store();
+  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.3));
+  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.3));
+  sentinel::ranks::RankSession r2(rank_options(2, 3, store, 0.3));  // never exchanges
+  auto agreed = on_threads(2, [&](int64_t r) { return (r == 0 ? r0 : r1).exchange(0); });
+  for (const auto& a : agreed) {
+    EXPECT_EQ(a.missing, (std::vector<int64_t>{2}));
+    EXPECT_FALSE(a.first);
+    EXPECT_EQ(a.role, RankRole::Stopped);
+  }
+  // Rank 2 leaves with a trip: later rounds take its farewell as its answer.
+  r2.note_trip(event(2, 0, sentinel::Direction::Forward, 5));
+  r2.leave();
+  agreed = on_threads(2, [&](int64_t r) { return (r == 0 ? r0 : r1).exchange(1); });
+  for (const auto& a : agreed) {
+    EXPECT_TRUE(a.missing.empty());
+    ASSERT_TRUE(a.first);
+    EXPECT_EQ(a.first->rank, 2);
+  }
+}
+
+TEST(StoreChannel, AnUnreadableRecordIsNamedNotTrusted) {
+  auto store = new_store();
+  sentinel::ranks::RankSession r0(rank_options(0, 2, store, 0.3));
+  sentinel::ranks::RankSession r1(rank_options(1, 2, store, 0.3));
+  const std::string junk = "not a record";
+  store->set("sentinel/w0/0/1", std::vector<uint8_t>(junk.begin(), junk.end()));
+  auto a = r0.exchange(0);
+  EXPECT_EQ(a.missing, (std::vector<int64_t>{1}));
+  EXPECT_NE(a.problem.find("unreadable records from rank 1"), std::string::npos) << a.problem;
+}
+
+TEST(StoreChannel, NoStoreToReachIsSaidOnceAndTheRankWatchesAlone) {
+  EnvGuard env({{"MASTER_ADDR", ""}, {"MASTER_PORT", ""}});
+  sentinel::ranks::RankSession s(sentinel::RankOptions().rank(0).world_size(2));
+  auto a = s.exchange(0);
+  EXPECT_FALSE(a.exchanged);
+  EXPECT_NE(a.problem.find("MASTER_ADDR and MASTER_PORT are not set"), std::string::npos) << a.problem;
+  EXPECT_TRUE(a.missing.empty());
+}
+
+TEST(GroupChannel, AllGatherOnGlooGivesTheSameAgreement) {
+  auto store = new_store();
+  std::vector<sentinel::RankAgreement> agreed(2);
+  std::vector<int64_t> ranks_seen(2, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto o = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, 2, o);
+      sentinel::ranks::RankSession s(sentinel::RankOptions().channel(sentinel::group_channel(pg)));
+      ranks_seen[r] = s.identity().rank;
+      if (r == 1) s.note_trip(event(1, 0, sentinel::Direction::Forward, 8));
+      agreed[r] = s.exchange(0);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ranks_seen, (std::vector<int64_t>{0, 1}));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(agreed[r].first) << agreed[r].problem;
+    EXPECT_EQ(agreed[r].first->rank, 1);
+    EXPECT_EQ(agreed[r].first->op_index, 8);
+    EXPECT_EQ(agreed[r].role, r == 1 ? RankRole::Made : RankRole::Stopped);
+  }
+}
+
+// Two watchdogs on two threads stand for two ranks: rank 1's batch overflows; at the batch's end
+// both ranks exchange and both stop, each saying rank 1 was first, rank 1 with its own frames.
+TEST(RankWatchdog, EveryRankStopsAndNamesTheFirstRankInItsReportAndFiles) {
+  auto store = new_store();
+  const auto dir = std::filesystem::temp_directory_path() / "sentinel_ranks_watchdog";
+  std::filesystem::remove_all(dir);
+  std::vector<std::optional<sentinel::Report>> reports(2);
+  std::vector<std::string> texts(2);
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      torch::manual_seed(0);
+      sentinel_test::Mlp model;
+      std::ostringstream out;
+      sentinel::Watchdog watch(model.ptr(), sentinel::Options()
+                                                .output(out)
+                                                .report_dir(dir.string())
+                                                .max_frames_to_save(4)
+                                                .ranks(rank_options(r, 2, store)));
+      try {
+        for (int step = 0; step < 3; ++step) {
+          auto batch = watch.batch();
+          auto x = torch::ones({2, 4});
+          if (r == 1 && step == 1) x.fill_(std::numeric_limits<float>::infinity());
+          model->forward(x);
+          batch.finish();
+        }
+      } catch (const sentinel::NonFiniteError& e) {
+        reports[r] = e.report();
+      }
+      texts[r] = out.str();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int64_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(reports[r]) << "rank " << r << " did not stop:\n" << texts[r];
+    const auto& rep = *reports[r];
+    EXPECT_EQ(rep.rank, r);
+    EXPECT_EQ(rep.world_size, 2);
+    EXPECT_EQ(rep.batch_number, 1);
+    ASSERT_TRUE(rep.ranks.first);
+    EXPECT_EQ(rep.ranks.first->rank, 1);
+    EXPECT_EQ(rep.ranks.first->batch_number, 1);
+    EXPECT_EQ(rep.ranks.first->op_index, reports[1]->trigger().op_index);
+    EXPECT_EQ(rep.ranks.first->direction, sentinel::Direction::Forward);
+    EXPECT_EQ(rep.ranks.tripped, (std::vector<int64_t>{1}));
+    EXPECT_EQ(rep.kind, r == 1 ? "nonfinite" : "peer_nonfinite");
+    EXPECT_EQ(rep.ranks.role, r == 1 ? RankRole::Made : RankRole::Stopped);
+    EXPECT_NE(texts[r].find("Ranks: this is rank " + std::to_string(r) + " of 2."), std::string::npos) << texts[r];
+    // Each rank's files in its own directory, and the files carry the agreement.
+    const auto json_file = dir / ("rank" + std::to_string(r)) /
+                           (r == 1 ? "sentinel_batch1.json" : "sentinel_peer_batch1.json");
+    std::ifstream in(json_file);
+    std::stringstream content;
+    content << in.rdbuf();
+    EXPECT_NE(content.str().find("\"first\": {"), std::string::npos) << json_file << "\n" << content.str();
+  }
+  EXPECT_NE(reports[0]->origin.find("on rank 1"), std::string::npos) << reports[0]->origin;
+  EXPECT_FALSE(std::filesystem::exists(dir / "sentinel_batch1.json"));  // nothing shared between ranks
+}
+
+TEST(RankWatchdog, ARankAloneWithoutExchangeStillLabelsItsReportAndDirectory) {
+  const auto dir = std::filesystem::temp_directory_path() / "sentinel_ranks_alone";
+  std::filesystem::remove_all(dir);
+  sentinel_test::Mlp model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options()
+                                            .output(out)
+                                            .report_dir(dir.string())
+                                            .trace_batch_nums({0})
+                                            .ranks(sentinel::RankOptions().rank(3).world_size(4).exchange(false)));
+  { watch.batch().finish(); }
+  auto batch = watch.batch();
+  model->forward(torch::full({1, 4}, std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_THROW(batch.finish(), sentinel::NonFiniteError);
+  EXPECT_NE(out.str().find("*** Starting batch number=0 on rank 3 ***"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("Detected inf/nan during batch_number=1 on rank 3"), std::string::npos);
+  EXPECT_NE(out.str().find("The ranks have not exchanged"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir / "rank3" / "sentinel_batch1.json"));
+}
+
+}  // namespace

@@ -43,7 +43,9 @@ TORCH_MODULE(Regressor);
 c10::intrusive_ptr<c10d::ProcessGroup> make_group(int64_t rank, int64_t world) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(env_or("MASTER_PORT", 29500));
-  so.isServer = rank == 0;
+  // Rank 0 serves the store, unless torchrun's agent already does (PyTorch 2.x).
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  so.isServer = rank == 0 && !(agent_store && std::string(agent_store) == "True");
   so.numWorkers = static_cast<size_t>(world);
   so.timeout = std::chrono::seconds(60);
   const char* addr = std::getenv("MASTER_ADDR");

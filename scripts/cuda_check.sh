@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds against a LibTorch with CUDA (the one of a Python torch install) and runs the checks that
 # need a GPU: the CUDA test suite, compute-sanitizer, the whole test suite, the GPU benchmarks.
-# Usage: bash scripts/cuda_check.sh STAGE...   STAGE: info build cuda-tests sanitize tests bench
+# Usage: bash scripts/cuda_check.sh STAGE...   STAGE: info build cuda-tests sanitize tests bench ranks
 # Build dependencies other than LibTorch come from $SENTINEL_DEPS (made by scripts/bundle_deps.sh)
 # when the machine has no package manager access. Logs go to $OUT (default /tmp/sentinel-cuda).
 set -uo pipefail
@@ -74,6 +74,20 @@ for stage in "$@"; do
       if [ -x "$build/bench/bench_cuda" ]; then
         "$build/bench/bench_cuda" --benchmark_repetitions=${REPETITIONS:-5} --benchmark_report_aggregates_only=true \
           --benchmark_counters_tabular=true 2>&1 | tee "$out/bench_cuda.log" || status=1
+      fi
+      ;;
+    ranks)
+      # torchrun itself (it works with PyTorch 2.x): the data-parallel example as 2 ranks, then
+      # their summary, which must name rank 1 (the default bad rank) as first.
+      step ranks
+      if [ -x "$build/examples/example_ranks_data_parallel" ]; then
+        rm -rf "$out/ranks_reports"
+        SENTINEL_EXAMPLE_REPORT_DIR="$out/ranks_reports" $py -m torch.distributed.run --nproc_per_node=2 \
+          --master_port=29533 --no_python "$build/examples/example_ranks_data_parallel" >"$out/torchrun.log" 2>&1 || status=1
+        "$build/sentinel" ranks "$out/ranks_reports" | tee "$out/ranks_summary.txt"
+        grep -q "First to see inf/nan: rank 1," "$out/ranks_summary.txt" || { status=1; tail -30 "$out/torchrun.log"; }
+      else
+        echo "no example_ranks_data_parallel (no Gloo headers?)"; status=1
       fi
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -159,7 +159,7 @@ void BM_RankExchange2(benchmark::State& state) {
   int64_t round = 0;
   for (auto _ : state) {
     auto agreed = rank0.exchange(round++);
-    if (!agreed.missing.empty()) state.SkipWithError("rank 1 did not answer");
+    if (!agreed || !agreed->missing.empty()) state.SkipWithError("rank 1 did not answer");
   }
   other.join();
 }

@@ -187,7 +187,7 @@ TEST(StoreChannel, EveryRankAgreesOnTheFirstTripAndItsRole) {
   s[2]->note_trip(event(2, 4, sentinel::Direction::Forward, 11));
   s[1]->note_trip(event(1, 4, sentinel::Direction::Backward, 2));
   for (int64_t round : {0, 1, 4}) {
-    auto agreed = on_threads(3, [&](int64_t r) { return s[r]->exchange(round); });
+    auto agreed = on_threads(3, [&](int64_t r) { return *s[r]->exchange(round); });
     for (int64_t r = 0; r < 3; ++r) {
       const auto& a = agreed[r];
       EXPECT_TRUE(a.exchanged);
@@ -197,7 +197,7 @@ TEST(StoreChannel, EveryRankAgreesOnTheFirstTripAndItsRole) {
       EXPECT_EQ(a.first->op_index, 11);
       EXPECT_EQ(a.tripped, (std::vector<int64_t>{1, 2}));
       EXPECT_EQ(a.role, r == 0 ? RankRole::Stopped : RankRole::Made);
-      EXPECT_TRUE(s[r]->exchanged(round));
+      EXPECT_FALSE(s[r]->exchange(round)) << "a second exchange in one round";
     }
   }
 }
@@ -207,7 +207,7 @@ TEST(StoreChannel, ARankThatNeverAnswersIsNamedAndNotWaitedForAgain) {
   sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.3));
   sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.3));
   sentinel::ranks::RankSession r2(rank_options(2, 3, store, 0.3));  // never exchanges
-  auto agreed = on_threads(2, [&](int64_t r) { return (r == 0 ? r0 : r1).exchange(0); });
+  auto agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(0); });
   for (const auto& a : agreed) {
     EXPECT_EQ(a.missing, (std::vector<int64_t>{2}));
     EXPECT_FALSE(a.first);
@@ -216,7 +216,7 @@ TEST(StoreChannel, ARankThatNeverAnswersIsNamedAndNotWaitedForAgain) {
   // Rank 2 leaves with a trip: later rounds take its farewell as its answer.
   r2.note_trip(event(2, 0, sentinel::Direction::Forward, 5));
   r2.leave();
-  agreed = on_threads(2, [&](int64_t r) { return (r == 0 ? r0 : r1).exchange(1); });
+  agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(1); });
   for (const auto& a : agreed) {
     EXPECT_TRUE(a.missing.empty());
     ASSERT_TRUE(a.first);
@@ -229,19 +229,27 @@ TEST(StoreChannel, AnUnreadableRecordIsNamedNotTrusted) {
   sentinel::ranks::RankSession r0(rank_options(0, 2, store, 0.3));
   sentinel::ranks::RankSession r1(rank_options(1, 2, store, 0.3));
   const std::string junk = "not a record";
-  store->set("sentinel/w0/0/1", std::vector<uint8_t>(junk.begin(), junk.end()));
-  auto a = r0.exchange(0);
+  store->set("sentinel/0/w0/0/1", std::vector<uint8_t>(junk.begin(), junk.end()));
+  auto a = *r0.exchange(0);
   EXPECT_EQ(a.missing, (std::vector<int64_t>{1}));
   EXPECT_NE(a.problem.find("unreadable records from rank 1"), std::string::npos) << a.problem;
+}
+
+TEST(StoreChannel, OneChannelServesOneWatchdog) {
+  auto channel = sentinel::store_channel(new_store());
+  sentinel::ranks::RankSession first(sentinel::RankOptions().rank(0).world_size(2).channel(channel));
+  EXPECT_THROW(sentinel::ranks::RankSession(sentinel::RankOptions().rank(1).world_size(2).channel(channel)),
+               sentinel::OptionError);
 }
 
 TEST(StoreChannel, NoStoreToReachIsSaidOnceAndTheRankWatchesAlone) {
   EnvGuard env({{"MASTER_ADDR", ""}, {"MASTER_PORT", ""}});
   sentinel::ranks::RankSession s(sentinel::RankOptions().rank(0).world_size(2));
-  auto a = s.exchange(0);
+  auto a = *s.exchange(0);
   EXPECT_FALSE(a.exchanged);
   EXPECT_NE(a.problem.find("MASTER_ADDR and MASTER_PORT are not set"), std::string::npos) << a.problem;
   EXPECT_TRUE(a.missing.empty());
+  EXPECT_FALSE(s.exchange(1)) << "said once, then silent";
 }
 
 #if SENTINEL_HAVE_GLOO
@@ -258,7 +266,7 @@ TEST(GroupChannel, AllGatherOnGlooGivesTheSameAgreement) {
       sentinel::ranks::RankSession s(sentinel::RankOptions().channel(sentinel::group_channel(pg)));
       ranks_seen[r] = s.identity().rank;
       if (r == 1) s.note_trip(event(1, 0, sentinel::Direction::Forward, 8));
-      agreed[r] = s.exchange(0);
+      agreed[r] = *s.exchange(0);
     });
   }
   for (auto& t : threads) t.join();

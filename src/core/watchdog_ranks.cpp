@@ -1,5 +1,7 @@
 // The watchdog among many ranks: what this rank tells the others at a trip, and what it does with
 // what they tell it (src/ranks/ carries the records).
+#include "capture/record_function_release.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -80,16 +82,19 @@ void Watchdog::Impl::stamp_rank(Report& report) {
 
 void Watchdog::Impl::exchange_ranks() {
   if (!ranks->exchanging()) return;
+  // May run inside a RecordFunction callback (the end of a TorchScript forward): a channel's
+  // own tensors (a process group's all-gather) are not the model's ops.
+  at::DisableRecordFunctionGuard not_recorded;
   int64_t batch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);
     batch = batches.current();
-    if (ranks->exchanged(batch)) return;
   }
   // Without the lock: this waits for the other ranks, up to the timeout.
-  const RankAgreement agreement = ranks->exchange(batch);
+  const auto agreement = ranks->exchange(batch);
+  if (!agreement) return;
   std::unique_lock<std::mutex> lock(mutex);
-  act_on_agreement(agreement, lock);
+  act_on_agreement(*agreement, lock);
 }
 
 void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<std::mutex>& lock) {
@@ -106,7 +111,7 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<s
   if (!news) return;
   reported_agreement = a;
 
-  if (ranks->own_trip() && last_report && last_report->kind == "nonfinite") {
+  if (ranks->tripped() && last_report && last_report->kind == "nonfinite") {
     // This rank's report is written: it gains what the others said, in place and in its files.
     Report& r = *last_report;
     r.ranks = a;
@@ -114,7 +119,8 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<s
     if (pending && pending_is_report) pending = std::make_exception_ptr(NonFiniteError(r, text));
     const Report updated = r;
     lock.unlock();
-    out << render_ranks_text(updated) << std::flush;
+    // With Action::Callback nothing is printed; last_report() has the completed report.
+    if (opts.action() != Action::Callback) out << render_ranks_text(updated) << std::flush;
     if (!files_dir.empty()) {
       const std::string error = report::write_report_files(files_dir, updated, text);
       if (!error.empty()) out << "sentinel: " << error << "\n" << std::flush;

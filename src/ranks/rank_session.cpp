@@ -75,36 +75,50 @@ std::string RankSession::files_dir(const std::string& report_dir) const {
 }
 
 void RankSession::note_trip(const RankEvent& event) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
   if (!self_.tripped) self_.tripped = event;
 }
 
-RankAgreement RankSession::exchange(int64_t batch) {
-  last_round_ = std::max(last_round_, batch);
+bool RankSession::tripped() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return self_.tripped.has_value();
+}
+
+std::optional<RankAgreement> RankSession::exchange(int64_t batch) {
+  if (!exchanging()) return std::nullopt;
+  std::lock_guard<std::mutex> channel_lock(channel_mutex_);
+  RankRecord self;
   RankAgreement a;
-  if (!exchanging()) return a;
-  if (!failure_.empty()) {
-    a.problem = failure_;
-    return a;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (last_round_ >= batch) return std::nullopt;
+    last_round_ = batch;
+    if (!failure_.empty()) return std::nullopt;  // said once, when it failed
+    self = self_;
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds_ * 1000));
   std::vector<std::optional<std::string>> texts;
   try {
-    texts = channel_->exchange(batch, encode(self_), timeout);
+    texts = channel_->exchange(batch, encode(self), timeout);
   } catch (const ChannelUnavailable& e) {
     // Nothing says a rank failed: the ranks cannot talk at all. Say so once and watch alone.
-    failure_ = std::string(e.what()) + " (no exchanges: this rank watches on its own)";
-    a.problem = failure_;
+    a.problem = std::string(e.what()) + " (no exchanges: this rank watches on its own)";
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    failure_ = a.problem;
     return a;
   } catch (const std::exception& e) {
-    failure_ = "the exchange through " + channel_->describe() + " failed: " + e.what() +
-               " (no further exchanges; this rank keeps watching on its own)";
-    a.problem = failure_;
+    a.problem = "the exchange through " + channel_->describe() + " failed: " + e.what() +
+                " (no further exchanges; this rank keeps watching on its own)";
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      failure_ = a.problem;
+    }
     // Which ranks would have answered is unknown: name them all.
     for (int64_t r = 0; r < id_.world_size; ++r) {
       if (r != id_.rank) a.missing.push_back(r);
     }
     a.exchanged = true;
-    a.role = self_.tripped ? self_.tripped->role : RankRole::Stopped;
+    a.role = self.tripped ? self.tripped->role : RankRole::Stopped;
     return a;
   }
   std::vector<std::optional<RankRecord>> records(static_cast<size_t>(id_.world_size));
@@ -118,18 +132,24 @@ RankAgreement RankSession::exchange(int64_t batch) {
       unreadable.push_back(r);
     }
   }
-  RankAgreement agreed = agree(self_, records, unreadable);
+  RankAgreement agreed = agree(self, records, unreadable);
   const std::string trouble = channel_->problem();
   if (!trouble.empty()) agreed.problem += (agreed.problem.empty() ? "" : "; ") + trouble;
   return agreed;
 }
 
 void RankSession::leave() noexcept {
-  if (!exchanging() || left_ || !failure_.empty()) return;
-  left_ = true;
-  RankRecord farewell = self_;
+  if (!exchanging()) return;
+  RankRecord farewell;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (left_ || !failure_.empty()) return;
+    left_ = true;
+    farewell = self_;
+  }
   farewell.left = true;
   try {
+    std::lock_guard<std::mutex> channel_lock(channel_mutex_);
     channel_->leave(encode(farewell));
   } catch (...) {
   }

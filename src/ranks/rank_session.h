@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,12 +36,12 @@ class RankSession {
 
   // This rank's first inf/nan (the one the others need; later ones are not sent).
   void note_trip(const RankEvent& event);
-  const std::optional<RankEvent>& own_trip() const { return self_.tripped; }
-  // At most one exchange per batch: true when this batch's has taken place.
-  bool exchanged(int64_t batch) const { return last_round_ >= batch; }
-  // Publishes this rank's record for `batch` and gathers the others' (blocks up to the timeout).
+  bool tripped() const;
+  // Publishes this rank's record for `batch` and gathers the others' (blocks up to the timeout);
+  // std::nullopt when this batch's exchange has already taken place (at most one per batch).
   // Never throws: a failing channel is reported in RankAgreement::problem and not used again.
-  RankAgreement exchange(int64_t batch);
+  // Threads may call it at once: one exchanges, the others find it done.
+  std::optional<RankAgreement> exchange(int64_t batch);
   // This rank stops answering (an error goes to the user): its record stands in for it.
   void leave() noexcept;
   double timeout_seconds() const { return timeout_seconds_; }
@@ -49,6 +51,10 @@ class RankSession {
   bool exchange_ = true;
   double timeout_seconds_ = 5;
   std::shared_ptr<RankChannel> channel_;
+  // The channel is used by one thread at a time; the state below is read and written under its
+  // own lock, so that an op thread noting a trip never waits for an exchange in progress.
+  std::mutex channel_mutex_;
+  mutable std::mutex state_mutex_;
   std::string failure_;  // why the channel is no longer used
   RankRecord self_;
   int64_t last_round_ = -1;

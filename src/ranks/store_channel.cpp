@@ -40,10 +40,15 @@ class StoreChannel final : public RankChannel {
   explicit StoreChannel(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
 
   void bind(int64_t rank, int64_t world_size) override {
+    if (!prefix_.empty()) {
+      throw OptionError("sentinel: a RankChannel from store_channel() serves one watchdog; make one for each");
+    }
     rank_ = rank;
     world_size_ = world_size;
-    // The default channel's store is the one at MASTER_ADDR: the same for every watchdog.
-    prefix_ = "sentinel/" + next_scope(store_.get(), rank) + "/";
+    // The default channel's store is the one at MASTER_ADDR: the same for every watchdog. After an
+    // elastic restart torchrun's store still holds the keys of the failed attempt: not ours.
+    const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    prefix_ = "sentinel/" + std::string(restart && *restart ? restart : "0") + "/" + next_scope(store_.get(), rank) + "/";
     gone_.assign(static_cast<size_t>(world_size), false);
     left_.assign(static_cast<size_t>(world_size), std::nullopt);
   }

@@ -12,7 +12,8 @@
 // rank stops before the all-reduce could spread the inf, and every report names the rank that
 // made it. Other knobs: SENTINEL_EXAMPLE_PLAIN_BACKWARD=1 (loss.backward(): the other ranks then
 // receive the inf through the all-reduce and say so), SENTINEL_EXAMPLE_KILL_RANK=R (that rank dies
-// in the middle of the bad step instead), SENTINEL_EXAMPLE_TIMEOUT (seconds the ranks wait).
+// in the middle of the bad step instead), SENTINEL_EXAMPLE_THROW_RANK=R (that rank's own code
+// throws in the bad step: it exits with 2), SENTINEL_EXAMPLE_TIMEOUT (seconds the ranks wait).
 #include <sentinel/sentinel.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -62,6 +63,7 @@ int main() {
   const int64_t bad_rank = env_or("SENTINEL_EXAMPLE_BAD_RANK", world > 1 ? 1 : 0);
   const int64_t bad_step = env_or("SENTINEL_EXAMPLE_BAD_STEP", 2);
   const int64_t kill_rank = env_or("SENTINEL_EXAMPLE_KILL_RANK", -1);
+  const int64_t throw_rank = env_or("SENTINEL_EXAMPLE_THROW_RANK", -1);
   const bool plain_backward = env_or("SENTINEL_EXAMPLE_PLAIN_BACKWARD", 0) != 0;
   const char* report_dir = std::getenv("SENTINEL_EXAMPLE_REPORT_DIR");
 
@@ -86,6 +88,7 @@ int main() {
       if (rank == bad_rank && step == bad_step) x = x * 1e20;  // a corrupt shard: the loss overflows
       auto loss = torch::mse_loss(model->forward(x), x.sum(1, /*keepdim=*/true));
       if (rank == kill_rank && step == bad_step) std::raise(SIGKILL);  // dies in the middle of the step
+      if (rank == throw_rank && step == bad_step) throw std::runtime_error("the data loader failed");
       if (plain_backward) {
         loss.backward();
       } else {
@@ -112,6 +115,9 @@ int main() {
   } catch (const sentinel::RanksMissingError& e) {
     std::cout << "\nrank " << rank << " stopped: " << e.report().origin << "\n";
     return 0;
+  } catch (const std::exception& e) {  // the program's own error: the other ranks hear of it
+    std::cerr << "rank " << rank << ": " << e.what() << "\n";
+    return 2;
   }
   std::cerr << "rank " << rank << ": the training never stopped: the example expects it to\n";
   return 1;

@@ -109,7 +109,7 @@ TEST(RankAgreement, FirstIsOrderedByBatchDirectionOpThenRank) {
   std::vector<std::optional<RankRecord>> records = {
       record(0, event(0, 2, D::Backward, 1)), record(1, event(1, 2, D::Forward, 30)),
       record(2, event(2, 2, D::Forward, 30)), record(3, event(3, 3, D::Forward, 0))};
-  auto a = sentinel::ranks::agree(*records[3], records, {});
+  auto a = sentinel::ranks::agree(0, *records[3], records, {});
   ASSERT_TRUE(a.first);
   EXPECT_EQ(a.first->rank, 1);
   EXPECT_EQ(a.tripped, (std::vector<int64_t>{0, 1, 2, 3}));
@@ -117,14 +117,14 @@ TEST(RankAgreement, FirstIsOrderedByBatchDirectionOpThenRank) {
   EXPECT_EQ(a.role, RankRole::Made);
   // An earlier batch wins over everything in a later one.
   records[0] = record(0, event(0, 1, D::Backward, 99));
-  EXPECT_EQ(sentinel::ranks::agree(*records[3], records, {}).first->rank, 0);
+  EXPECT_EQ(sentinel::ranks::agree(0, *records[3], records, {}).first->rank, 0);
 }
 
 TEST(RankAgreement, SilentRanksAreMissingAndACleanRankIsStopped) {
   std::vector<std::optional<RankRecord>> records = {record(0), std::nullopt,
                                                     record(2, event(2, 5, sentinel::Direction::Forward, 3)),
                                                     std::nullopt};
-  auto a = sentinel::ranks::agree(*records[0], records, {3});
+  auto a = sentinel::ranks::agree(0, *records[0], records, {3});
   EXPECT_EQ(a.missing, (std::vector<int64_t>{1, 3}));
   EXPECT_NE(a.problem.find("unreadable records from rank 3"), std::string::npos) << a.problem;
   ASSERT_TRUE(a.first);
@@ -132,9 +132,35 @@ TEST(RankAgreement, SilentRanksAreMissingAndACleanRankIsStopped) {
   EXPECT_EQ(a.role, RankRole::Stopped);
   // Nobody tripped, nobody missing: nothing to stop for.
   std::vector<std::optional<RankRecord>> calm = {record(0), record(1)};
-  auto b = sentinel::ranks::agree(*calm[0], calm, {});
+  auto b = sentinel::ranks::agree(0, *calm[0], calm, {});
   EXPECT_FALSE(b.first);
   EXPECT_EQ(b.role, RankRole::Alone);
+}
+
+TEST(RankAgreement, ARankThatLeftIsMissingFromLaterRoundsOrAtOnceIfAnExceptionTookIt) {
+  RankRecord gone = record(1);
+  gone.left = true;
+  gone.last_round = 4;
+  auto back = sentinel::ranks::decode(sentinel::ranks::encode(gone));
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->left);
+  EXPECT_EQ(back->last_round, 4);
+  std::vector<std::optional<RankRecord>> records = {record(0), *back};
+  EXPECT_TRUE(sentinel::ranks::agree(4, *records[0], records, {}).missing.empty()) << "its last round";
+  auto later = sentinel::ranks::agree(5, *records[0], records, {});
+  EXPECT_EQ(later.missing, (std::vector<int64_t>{1}));
+  EXPECT_NE(later.problem.find("rank 1 left after batch 4"), std::string::npos) << later.problem;
+  EXPECT_EQ(later.role, RankRole::Stopped);
+  records[1]->aborted = true;
+  auto now = sentinel::ranks::agree(4, *records[0], records, {});
+  EXPECT_EQ(now.missing, (std::vector<int64_t>{1}));
+  EXPECT_NE(now.problem.find("exception unwound its batch 4"), std::string::npos) << now.problem;
+  // One that left with an inf/nan answers with it, whenever asked.
+  records[1]->tripped = event(1, 4, sentinel::Direction::Forward, 9);
+  auto tripped = sentinel::ranks::agree(7, *records[0], records, {});
+  EXPECT_TRUE(tripped.missing.empty());
+  ASSERT_TRUE(tripped.first);
+  EXPECT_EQ(tripped.first->rank, 1);
 }
 
 TEST(RankIdentity, FromTorchrunsVariablesOptionsAndErrorsNamingTheVariable) {
@@ -215,7 +241,7 @@ TEST(StoreChannel, ARankThatNeverAnswersIsNamedAndNotWaitedForAgain) {
   }
   // Rank 2 leaves with a trip: later rounds take its farewell as its answer.
   r2.note_trip(event(2, 0, sentinel::Direction::Forward, 5));
-  r2.leave();
+  r2.leave(0);
   agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(1); });
   for (const auto& a : agreed) {
     EXPECT_TRUE(a.missing.empty());

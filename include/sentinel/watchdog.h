@@ -94,7 +94,7 @@ class Watchdog {
 
  private:
   friend class BatchGuard;
-  void end_batch();
+  void end_batch(bool unwinding = false);  // unwinding: an exception ends the batch
   std::unique_ptr<Impl> impl_;
 };
 

@@ -33,7 +33,8 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
 
 Watchdog::Impl::~Impl() {
   capture::release_callback();
-  ranks->leave();  // the other ranks stop waiting for this one
+  // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
+  ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
   auto& bound = capture::thread_state().bound;
   for (auto it = bound.begin(); it != bound.end();) {
     auto s = it->lock();
@@ -106,7 +107,7 @@ bool Watchdog::Impl::begin_explicit_batch() {
   return true;
 }
 
-void Watchdog::Impl::end_explicit_batch() {
+void Watchdog::Impl::end_explicit_batch(bool unwinding) {
   // A training step inside the batch: its parameters' gradients are checked once, here (which
   // also closes its FP8 step).
   if (backward_in_batch) {
@@ -122,6 +123,12 @@ void Watchdog::Impl::end_explicit_batch() {
     end_batch_locked(lock);
   }
   deliver_fp8_alarm();
+  if (unwinding) {
+    // An exception of the user's own ends this batch: this rank will not reach the collectives
+    // the others are heading for. It says so instead of exchanging, so they stop at once.
+    ranks->leave(batches.current(), /*aborted=*/true);
+    return;
+  }
   exchange_ranks();
 }
 
@@ -195,7 +202,12 @@ void Watchdog::Impl::throw_pending() {
     stopped = false;
   }
   if (!e) return;
-  ranks->leave();  // exchanges this rank will miss take its last record instead of waiting
+  int64_t batch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    batch = batches.current();
+  }
+  ranks->leave(batch);  // exchanges this rank will miss take its last record instead of waiting
   std::rethrow_exception(e);
 }
 
@@ -236,7 +248,7 @@ void Watchdog::Impl::deliver(Report report, std::unique_lock<std::mutex>& lock) 
     std::cerr << "sentinel: " << (report.kind == "ranks_missing" ? "ranks did not answer" : "inf/nan detected")
               << ", aborting (Action::Abort)\n"
               << std::flush;
-    ranks->leave();
+    ranks->leave(report.batch_number);
     std::abort();
   }
   if (action == Action::Callback && opts.callback()) {
@@ -277,7 +289,7 @@ BatchGuard Watchdog::batch() {
   return BatchGuard(impl_->begin_explicit_batch() ? this : nullptr);
 }
 
-void Watchdog::end_batch() { impl_->end_explicit_batch(); }
+void Watchdog::end_batch(bool unwinding) { impl_->end_explicit_batch(unwinding); }
 
 void Watchdog::check() { impl_->throw_pending(); }
 
@@ -341,9 +353,10 @@ BatchGuard::~BatchGuard() noexcept(false) {
   if (!owner_) return;
   Watchdog* w = owner_;
   owner_ = nullptr;
-  w->end_batch();
+  const bool unwinding = std::uncaught_exceptions() != uncaught_at_start_;
+  w->end_batch(unwinding);
   // Never throw while another exception unwinds the stack (that would terminate).
-  if (std::uncaught_exceptions() == uncaught_at_start_) w->check();
+  if (!unwinding) w->check();
 }
 
 }  // namespace sentinel

@@ -62,7 +62,8 @@ struct Watchdog::Impl final : capture::Session {
 
   // Explicit batches (batch(), forward()): false when one is already open on this thread.
   bool begin_explicit_batch();
-  void end_explicit_batch();
+  // `unwinding`: an exception (not the sentinel's) ends the batch.
+  void end_explicit_batch(bool unwinding = false);
   void throw_pending();
   // Closes the open FP8 step (lock held): metrics, log, alarms into pending_alarm.
   void close_fp8_step_locked();

@@ -35,7 +35,8 @@ bool parse_int(const std::string& s, int64_t& out) {
 
 std::string encode(const RankRecord& record) {
   std::string out = std::string(kHeader) + "\nrank=" + std::to_string(record.rank) +
-                    "\nleft=" + (record.left ? "1" : "0") + "\n";
+                    "\nleft=" + (record.left ? "1" : "0") + "\naborted=" + (record.aborted ? "1" : "0") +
+                    "\nlast_round=" + std::to_string(record.last_round) + "\n";
   if (const auto& e = record.tripped) {
     out += "batch=" + std::to_string(e->batch_number) + "\ndirection=" + to_string(e->direction) +
            "\nop_index=" + std::to_string(e->op_index) + "\nrole=" + role_key(e->role) +
@@ -60,6 +61,10 @@ std::optional<RankRecord> decode(const std::string& text) {
       have_rank = true;
     } else if (key == "left") {
       r.left = value == "1";
+    } else if (key == "aborted") {
+      r.aborted = value == "1";
+    } else if (key == "last_round") {
+      if (!parse_int(value, r.last_round)) return std::nullopt;
     } else if (key == "batch") {
       if (!parse_int(value, e.batch_number)) return std::nullopt;
       have_batch = true;
@@ -90,10 +95,11 @@ bool earlier(const RankEvent& a, const RankEvent& b) {
          std::make_tuple(b.batch_number, static_cast<int>(b.direction), b.op_index, b.rank);
 }
 
-RankAgreement agree(const RankRecord& self, const std::vector<std::optional<RankRecord>>& records,
+RankAgreement agree(int64_t round, const RankRecord& self, const std::vector<std::optional<RankRecord>>& records,
                     const std::vector<int64_t>& unreadable) {
   RankAgreement a;
   a.exchanged = true;
+  std::string departed;
   for (size_t r = 0; r < records.size(); ++r) {
     const auto& rec = static_cast<int64_t>(r) == self.rank ? std::optional<RankRecord>(self) : records[r];
     if (!rec) {
@@ -102,16 +108,26 @@ RankAgreement agree(const RankRecord& self, const std::vector<std::optional<Rank
       }
       continue;
     }
+    if (!rec->tripped && rec->left && static_cast<int64_t>(r) != self.rank &&
+        (rec->aborted || rec->last_round < round)) {
+      // Gone without an inf/nan: it will not join the next collective either.
+      a.missing.push_back(static_cast<int64_t>(r));
+      departed += (departed.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
+                  (rec->aborted ? " left while an exception unwound its batch " + std::to_string(rec->last_round)
+                                : " left after batch " + std::to_string(rec->last_round));
+      continue;
+    }
     if (!rec->tripped) continue;
     a.tripped.push_back(static_cast<int64_t>(r));
     if (!a.first || earlier(*rec->tripped, *a.first)) a.first = rec->tripped;
   }
+  a.problem = departed;
   if (!unreadable.empty()) {
-    a.problem = "unreadable records from rank";
+    a.problem += std::string(a.problem.empty() ? "" : "; ") + "unreadable records from rank";
     for (int64_t r : unreadable) a.problem += " " + std::to_string(r);
     a.missing.insert(a.missing.end(), unreadable.begin(), unreadable.end());
-    std::sort(a.missing.begin(), a.missing.end());
   }
+  std::sort(a.missing.begin(), a.missing.end());
   if (self.tripped) {
     a.role = self.tripped->role;
   } else if (a.first || !a.missing.empty()) {

@@ -14,6 +14,8 @@ namespace ranks {
 struct RankRecord {
   int64_t rank = 0;
   bool left = false;                // the rank has stopped answering (its error went to the user)
+  bool aborted = false;             // ... because an exception unwound its batch (not the sentinel's)
+  int64_t last_round = -1;          // ... after this round: later rounds go on without it
   std::optional<RankEvent> tripped; // its first inf/nan, if it saw one
 };
 
@@ -27,9 +29,10 @@ std::optional<RankRecord> decode(const std::string& text);
 // (batch, direction, op index, rank): forward before backward within a batch.
 bool earlier(const RankEvent& a, const RankEvent& b);
 
-// Every rank's view of one exchange: `records[r]` empty when rank r did not answer (or sent
-// something unreadable: `unreadable` lists those). `self` is this rank's own record.
-RankAgreement agree(const RankRecord& self, const std::vector<std::optional<RankRecord>>& records,
+// Every rank's view of the exchange of `round`: `records[r]` empty when rank r did not answer (or
+// sent something unreadable: `unreadable` lists those). `self` is this rank's own record. A rank
+// that left, clean, before this round or in the middle of it (an exception) is missing from it.
+RankAgreement agree(int64_t round, const RankRecord& self, const std::vector<std::optional<RankRecord>>& records,
                     const std::vector<int64_t>& unreadable);
 
 }  // namespace ranks

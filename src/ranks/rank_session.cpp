@@ -132,13 +132,13 @@ std::optional<RankAgreement> RankSession::exchange(int64_t batch) {
       unreadable.push_back(r);
     }
   }
-  RankAgreement agreed = agree(self, records, unreadable);
+  RankAgreement agreed = agree(batch, self, records, unreadable);
   const std::string trouble = channel_->problem();
   if (!trouble.empty()) agreed.problem += (agreed.problem.empty() ? "" : "; ") + trouble;
   return agreed;
 }
 
-void RankSession::leave() noexcept {
+void RankSession::leave(int64_t batch, bool aborted) noexcept {
   if (!exchanging()) return;
   RankRecord farewell;
   {
@@ -146,8 +146,10 @@ void RankSession::leave() noexcept {
     if (left_ || !failure_.empty()) return;
     left_ = true;
     farewell = self_;
+    farewell.last_round = batch;
   }
   farewell.left = true;
+  farewell.aborted = aborted;
   try {
     std::lock_guard<std::mutex> channel_lock(channel_mutex_);
     channel_->leave(encode(farewell));

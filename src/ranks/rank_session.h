@@ -42,8 +42,10 @@ class RankSession {
   // Never throws: a failing channel is reported in RankAgreement::problem and not used again.
   // Threads may call it at once: one exchanges, the others find it done.
   std::optional<RankAgreement> exchange(int64_t batch);
-  // This rank stops answering (an error goes to the user): its record stands in for it.
-  void leave() noexcept;
+  // This rank stops answering after `batch` (an error goes to the user, or `aborted`: an
+  // exception not the sentinel's unwinds that batch): its record stands in for it in the rounds
+  // it misses.
+  void leave(int64_t batch, bool aborted = false) noexcept;
   double timeout_seconds() const { return timeout_seconds_; }
 
  private:

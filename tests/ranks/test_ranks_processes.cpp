@@ -71,6 +71,8 @@ RankRun launch(const std::string& name, int world, const std::map<std::string, s
   fs::create_directories(run.dir);
   const std::string port = std::to_string(free_port());
   std::vector<pid_t> pids;
+  std::fflush(stdout);  // a child must not inherit, and print again, what is still buffered
+  std::fflush(stderr);
   for (int r = 0; r < world; ++r) {
     const fs::path log = run.dir / ("log" + std::to_string(r) + ".txt");
     const pid_t pid = fork();
@@ -207,6 +209,27 @@ TEST(RankProcesses, TwoRanksAKilledRankLeavesTheOtherToFinishWithItsReport) {
   const auto [code, text] = summarize(run.dir);
   EXPECT_EQ(code, 3) << text;
   EXPECT_NE(text.find("rank 1: no report"), std::string::npos) << text;
+  fs::remove_all(run.dir);
+}
+
+// A rank's own code throws in the middle of a step (not an inf/nan): it says so as its batch
+// unwinds, and the other ranks stop at once, before the all-reduce it will never join.
+TEST(RankProcesses, FourRanksARankThatThrowsItsOwnErrorStopsTheOthersWithoutWaiting) {
+  const RankRun run = launch("threw", 4,
+                             {{"SENTINEL_EXAMPLE_BAD_RANK", "-1"}, {"SENTINEL_EXAMPLE_THROW_RANK", "2"}});
+  ASSERT_FALSE(run.hung) << all_logs(run);
+  EXPECT_TRUE(WIFEXITED(run.status[2]) && WEXITSTATUS(run.status[2]) == 2) << all_logs(run);
+  EXPECT_NE(run.log[2].find("the data loader failed"), std::string::npos);
+  for (int r : {0, 1, 3}) {
+    EXPECT_TRUE(run.exited_ok(r)) << "rank " << r << "\n" << all_logs(run);
+    const json rep = run.report(r, "sentinel_ranks_missing_batch2.json");
+    ASSERT_TRUE(rep.is_object()) << "rank " << r << "\n" << all_logs(run);
+    EXPECT_EQ(rep["ranks"]["missing"], json::array({2}));
+    // Its farewell answered, not the timeout (which names no reason).
+    EXPECT_NE(rep["ranks"]["problem"].get<std::string>().find("rank 2 left while an exception unwound its batch 2"),
+              std::string::npos)
+        << rep.dump(1);
+  }
   fs::remove_all(run.dir);
 }
 

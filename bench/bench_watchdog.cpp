@@ -154,11 +154,11 @@ void BM_RankExchange2(benchmark::State& state) {
   sentinel::ranks::RankSession rank0(sentinel::RankOptions().rank(0).world_size(2).channel(sentinel::store_channel(c0)));
   sentinel::ranks::RankSession rank1(sentinel::RankOptions().rank(1).world_size(2).channel(sentinel::store_channel(c1)));
   std::thread other([&] {
-    for (int64_t round = 0; round < rounds; ++round) rank1.exchange(round);
+    for (int64_t round = 0; round < rounds; ++round) rank1.exchange(round, sentinel::ranks::Phase::BatchEnd);
   });
   int64_t round = 0;
   for (auto _ : state) {
-    auto agreed = rank0.exchange(round++);
+    auto agreed = rank0.exchange(round++, sentinel::ranks::Phase::BatchEnd);
     if (!agreed || !agreed->missing.empty()) state.SkipWithError("rank 1 did not answer");
   }
   other.join();

@@ -13,7 +13,10 @@
 // made it. Other knobs: SENTINEL_EXAMPLE_PLAIN_BACKWARD=1 (loss.backward(): the other ranks then
 // receive the inf through the all-reduce and say so), SENTINEL_EXAMPLE_KILL_RANK=R (that rank dies
 // in the middle of the bad step instead), SENTINEL_EXAMPLE_THROW_RANK=R (that rank's own code
-// throws in the bad step: it exits with 2), SENTINEL_EXAMPLE_TIMEOUT (seconds the ranks wait).
+// throws in the bad step: it exits with 2), SENTINEL_EXAMPLE_BAD_BACKWARD=1 (the bad rank's
+// backward makes the inf/nan, not its forward), SENTINEL_EXAMPLE_FORWARD_ONLY_BATCH=1 (the batch is
+// the forward alone, as DebugUnderflowOverflow::forward makes it; watch.backward() follows it),
+// SENTINEL_EXAMPLE_TIMEOUT (seconds without a sign of life after which a rank is given up).
 #include <sentinel/sentinel.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -22,6 +25,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace {
@@ -65,6 +69,8 @@ int main() {
   const int64_t kill_rank = env_or("SENTINEL_EXAMPLE_KILL_RANK", -1);
   const int64_t throw_rank = env_or("SENTINEL_EXAMPLE_THROW_RANK", -1);
   const bool plain_backward = env_or("SENTINEL_EXAMPLE_PLAIN_BACKWARD", 0) != 0;
+  const bool forward_only_batch = env_or("SENTINEL_EXAMPLE_FORWARD_ONLY_BATCH", 0) != 0;
+  const bool bad_backward = env_or("SENTINEL_EXAMPLE_BAD_BACKWARD", 0) != 0;
   const char* report_dir = std::getenv("SENTINEL_EXAMPLE_REPORT_DIR");
 
   c10::intrusive_ptr<c10d::ProcessGroup> group;
@@ -82,11 +88,15 @@ int main() {
   torch::manual_seed(100 + rank);  // each rank its own shard
   try {
     for (int64_t step = 0; step < 6; ++step) {
-      auto batch = watch.batch();
+      std::optional<sentinel::BatchGuard> batch(watch.batch());
       optimizer.zero_grad();
       auto x = torch::randn({16, 8});
-      if (rank == bad_rank && step == bad_step) x = x * 1e20;  // a corrupt shard: the loss overflows
+      const bool bad = rank == bad_rank && step == bad_step;
+      if (bad && !bad_backward) x = x * 1e20;  // a corrupt shard: the loss overflows
       auto loss = torch::mse_loss(model->forward(x), x.sum(1, /*keepdim=*/true));
+      // The gradient of sqrt at 0 is inf: a loss term whose value is 0 and whose backward is not.
+      if (bad && bad_backward) loss = loss + (model->fc2->bias * 0).sqrt().sum();
+      if (forward_only_batch) batch->finish();  // HF's way: the batch is the forward alone
       if (rank == kill_rank && step == bad_step) std::raise(SIGKILL);  // dies in the middle of the step
       if (rank == throw_rank && step == bad_step) throw std::runtime_error("the data loader failed");
       if (plain_backward) {
@@ -102,7 +112,7 @@ int main() {
         }
       }
       optimizer.step();
-      batch.finish();
+      if (batch) batch->finish();
       std::cout << "rank " << rank << " step " << step << " loss " << loss.item<float>() << "\n";
     }
   } catch (const sentinel::NonFiniteError& e) {

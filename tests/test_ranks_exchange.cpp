@@ -52,10 +52,16 @@ c10::intrusive_ptr<c10d::Store> new_store() {
 }
 
 sentinel::RankOptions rank_options(int64_t rank, int64_t world, const c10::intrusive_ptr<c10d::Store>& store,
-                                   double timeout = 5) {
-  return sentinel::RankOptions().rank(rank).world_size(world).timeout_seconds(timeout).channel(
-      sentinel::store_channel(store));
+                                   double timeout = 5, double max_wait = 60) {
+  return sentinel::RankOptions()
+      .rank(rank)
+      .world_size(world)
+      .timeout_seconds(timeout)
+      .max_wait_seconds(max_wait)
+      .channel(sentinel::store_channel(store));
 }
+
+using sentinel::ranks::Phase;
 
 struct EnvGuard {  // sets variables for one test and restores them
   explicit EnvGuard(std::vector<std::pair<std::string, std::string>> vars) {
@@ -103,11 +109,14 @@ TEST(RankRecord, RoundTripsAndRejectsWhatIsNotARecord) {
   }
 }
 
-TEST(RankAgreement, FirstIsOrderedByBatchDirectionOpThenRank) {
+TEST(RankAgreement, FirstIsOrderedByBatchMadeBeforeReceivedOpThenRank) {
   using D = sentinel::Direction;
-  // Same batch: forward before backward, whatever the op index; then the op index; then the rank.
+  // Same batch: the op index (one sequence over forward and backward), then the rank; but a rank
+  // that received its inf/nan comes after every rank that made one.
+  RankEvent received = event(0, 2, D::Forward, 1);
+  received.role = RankRole::Received;
   std::vector<std::optional<RankRecord>> records = {
-      record(0, event(0, 2, D::Backward, 1)), record(1, event(1, 2, D::Forward, 30)),
+      record(0, received), record(1, event(1, 2, D::Backward, 30)),
       record(2, event(2, 2, D::Forward, 30)), record(3, event(3, 3, D::Forward, 0))};
   auto a = sentinel::ranks::agree(0, *records[3], records, {});
   ASSERT_TRUE(a.first);
@@ -211,9 +220,9 @@ TEST(StoreChannel, EveryRankAgreesOnTheFirstTripAndItsRole) {
   std::vector<std::unique_ptr<sentinel::ranks::RankSession>> s;
   for (int64_t r = 0; r < 3; ++r) s.push_back(std::make_unique<sentinel::ranks::RankSession>(rank_options(r, 3, store)));
   s[2]->note_trip(event(2, 4, sentinel::Direction::Forward, 11));
-  s[1]->note_trip(event(1, 4, sentinel::Direction::Backward, 2));
+  s[1]->note_trip(event(1, 4, sentinel::Direction::Backward, 40));  // later in the batch's one op sequence
   for (int64_t round : {0, 1, 4}) {
-    auto agreed = on_threads(3, [&](int64_t r) { return *s[r]->exchange(round); });
+    auto agreed = on_threads(3, [&](int64_t r) { return *s[r]->exchange(round, Phase::BatchEnd); });
     for (int64_t r = 0; r < 3; ++r) {
       const auto& a = agreed[r];
       EXPECT_TRUE(a.exchanged);
@@ -223,17 +232,17 @@ TEST(StoreChannel, EveryRankAgreesOnTheFirstTripAndItsRole) {
       EXPECT_EQ(a.first->op_index, 11);
       EXPECT_EQ(a.tripped, (std::vector<int64_t>{1, 2}));
       EXPECT_EQ(a.role, r == 0 ? RankRole::Stopped : RankRole::Made);
-      EXPECT_FALSE(s[r]->exchange(round)) << "a second exchange in one round";
+      EXPECT_FALSE(s[r]->exchange(round, Phase::BatchEnd)) << "a second exchange in one round";
     }
   }
 }
 
-TEST(StoreChannel, ARankThatNeverAnswersIsNamedAndNotWaitedForAgain) {
+TEST(StoreChannel, ARankThatNeverStartsIsNamedAfterTheLongestWait) {
   auto store = new_store();
-  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.3));
-  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.3));
-  sentinel::ranks::RankSession r2(rank_options(2, 3, store, 0.3));  // never exchanges
-  auto agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(0); });
+  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.1, 0.3));
+  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.1, 0.3));
+  sentinel::ranks::RankSession r2(rank_options(2, 3, store, 0.1, 0.3));  // never exchanges
+  auto agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(0, Phase::BatchEnd); });
   for (const auto& a : agreed) {
     EXPECT_EQ(a.missing, (std::vector<int64_t>{2}));
     EXPECT_FALSE(a.first);
@@ -242,11 +251,50 @@ TEST(StoreChannel, ARankThatNeverAnswersIsNamedAndNotWaitedForAgain) {
   // Rank 2 leaves with a trip: later rounds take its farewell as its answer.
   r2.note_trip(event(2, 0, sentinel::Direction::Forward, 5));
   r2.leave(0);
-  agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(1); });
+  agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(1, Phase::BatchEnd); });
   for (const auto& a : agreed) {
     EXPECT_TRUE(a.missing.empty());
     ASSERT_TRUE(a.first);
     EXPECT_EQ(a.first->rank, 2);
+  }
+}
+
+// A rank that is alive but late (rank 0 writing a checkpoint) is waited for, however long past the
+// silence timeout; one whose heartbeat stops (its process died) is given up.
+TEST(StoreChannel, ASlowRankIsWaitedForAndADeadOneIsNot) {
+  auto store = new_store();
+  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.2, 60));
+  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.2, 60));
+  auto r2 = std::make_unique<sentinel::ranks::RankSession>(rank_options(2, 3, store, 0.2, 60));
+  on_threads(3, [&](int64_t r) { return *(r == 0 ? r0 : r == 1 ? r1 : *r2).exchange(0, Phase::BatchEnd); });
+  auto agreed = on_threads(3, [&](int64_t r) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // five silences late
+    return *(r == 0 ? r0 : r == 1 ? r1 : *r2).exchange(1, Phase::BatchEnd);
+  });
+  for (const auto& a : agreed) EXPECT_TRUE(a.missing.empty()) << "rank 1 was only slow: " << a.problem;
+  // Rank 2 made its last exchange in round 0 and then died: its heartbeat stopped with it.
+  r2.reset();
+  agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(2, Phase::BatchEnd); });
+  for (const auto& a : agreed) EXPECT_EQ(a.missing, (std::vector<int64_t>{2}));
+}
+
+// A rank that trips and stops between two rounds tells the others, who hear it at their next
+// round; it gathers their answers from there, so its own report names the first rank too.
+TEST(StoreChannel, ATripAnnouncedBetweenRoundsReachesTheOthersAndTheirAnswersComeBack) {
+  auto store = new_store();
+  std::vector<std::unique_ptr<sentinel::ranks::RankSession>> s;
+  for (int64_t r = 0; r < 3; ++r) s.push_back(std::make_unique<sentinel::ranks::RankSession>(rank_options(r, 3, store)));
+  s[1]->note_trip(event(1, 4, sentinel::Direction::Forward, 7));
+  EXPECT_TRUE(s[1]->untold_trip());
+  auto agreed = on_threads(3, [&](int64_t r) {
+    return r == 1 ? *s[r]->announce(4) : *s[r]->exchange(4, Phase::Backward);
+  });
+  EXPECT_FALSE(s[1]->untold_trip());
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(agreed[r].missing.empty()) << "rank " << r << ": " << agreed[r].problem;
+    ASSERT_TRUE(agreed[r].first) << "rank " << r;
+    EXPECT_EQ(agreed[r].first->rank, 1);
+    EXPECT_EQ(agreed[r].role, r == 1 ? RankRole::Made : RankRole::Stopped);
   }
 }
 
@@ -255,8 +303,8 @@ TEST(StoreChannel, AnUnreadableRecordIsNamedNotTrusted) {
   sentinel::ranks::RankSession r0(rank_options(0, 2, store, 0.3));
   sentinel::ranks::RankSession r1(rank_options(1, 2, store, 0.3));
   const std::string junk = "not a record";
-  store->set("sentinel/0/w0/0/1", std::vector<uint8_t>(junk.begin(), junk.end()));
-  auto a = *r0.exchange(0);
+  store->set("sentinel/0/w0/0e/1", std::vector<uint8_t>(junk.begin(), junk.end()));
+  auto a = *r0.exchange(0, Phase::BatchEnd);
   EXPECT_EQ(a.missing, (std::vector<int64_t>{1}));
   EXPECT_NE(a.problem.find("unreadable records from rank 1"), std::string::npos) << a.problem;
 }
@@ -271,11 +319,11 @@ TEST(StoreChannel, OneChannelServesOneWatchdog) {
 TEST(StoreChannel, NoStoreToReachIsSaidOnceAndTheRankWatchesAlone) {
   EnvGuard env({{"MASTER_ADDR", ""}, {"MASTER_PORT", ""}});
   sentinel::ranks::RankSession s(sentinel::RankOptions().rank(0).world_size(2));
-  auto a = *s.exchange(0);
+  auto a = *s.exchange(0, Phase::BatchEnd);
   EXPECT_FALSE(a.exchanged);
   EXPECT_NE(a.problem.find("MASTER_ADDR and MASTER_PORT are not set"), std::string::npos) << a.problem;
   EXPECT_TRUE(a.missing.empty());
-  EXPECT_FALSE(s.exchange(1)) << "said once, then silent";
+  EXPECT_FALSE(s.exchange(1, Phase::BatchEnd)) << "said once, then silent";
 }
 
 #if SENTINEL_HAVE_GLOO
@@ -292,7 +340,7 @@ TEST(GroupChannel, AllGatherOnGlooGivesTheSameAgreement) {
       sentinel::ranks::RankSession s(sentinel::RankOptions().channel(sentinel::group_channel(pg)));
       ranks_seen[r] = s.identity().rank;
       if (r == 1) s.note_trip(event(1, 0, sentinel::Direction::Forward, 8));
-      agreed[r] = *s.exchange(0);
+      agreed[r] = *s.exchange(0, Phase::Backward);
     });
   }
   for (auto& t : threads) t.join();

@@ -70,8 +70,12 @@ class RankOptions {
   SENTINEL_OPTION_OF(RankOptions, int64_t, world_size, -1);
   // false: no exchange (each rank still reports on its own, under its own directory).
   SENTINEL_OPTION_OF(RankOptions, bool, exchange, true);
-  // How long a rank waits for the others at an exchange before naming those that did not answer.
+  // A rank that shows no sign of life (its heartbeat stops, as when its process died) for this
+  // long is given up at an exchange and named as not answering.
   SENTINEL_OPTION_OF(RankOptions, double, timeout_seconds, 5.0);
+  // A rank that is alive but has not reached the exchange (rank 0 writing a checkpoint, say), or
+  // has not started, is waited for at most this long.
+  SENTINEL_OPTION_OF(RankOptions, double, max_wait_seconds, 600.0);
   // Where the records go: sentinel::store_channel(store) or sentinel::group_channel(group).
   // Default: a client of the c10d store at MASTER_ADDR:MASTER_PORT (torchrun's, or rank 0's).
   SENTINEL_OPTION_OF(RankOptions, std::shared_ptr<RankChannel>, channel, nullptr);

@@ -45,11 +45,13 @@ std::string frame_text(const json& f) {
   return place + " " + (f.value("direction", std::string()) == "backward" ? "grad " : "") + f.value("op", std::string());
 }
 
-// (batch, direction, op index, rank) of a report's detecting frame, as the ranks order events.
+// (batch, received, op index, rank) of a report's detecting frame, as the ranks order events:
+// within a batch a rank that made its inf/nan comes before one that received it.
 std::tuple<int64_t, int, int64_t, int64_t> event_key(const json& report, int64_t rank) {
   const json& t = report["frames"].back();
-  return {t.value("batch_number", int64_t{0}), t.value("direction", std::string()) == "backward" ? 1 : 0,
-          t.value("op_index", int64_t{0}), rank};
+  const json ranks = report.value("ranks", json::object());
+  const bool received = ranks.is_object() && ranks.value("role", std::string()) == "received";
+  return {t.value("batch_number", int64_t{0}), received ? 1 : 0, t.value("op_index", int64_t{0}), rank};
 }
 
 }  // namespace
@@ -110,7 +112,8 @@ int summarize_ranks(const std::string& dir, std::ostream& out, std::ostream& err
     const json& ranks = (*first_report)["ranks"];
     const std::string role = ranks.is_object() ? ranks.value("role", std::string("made")) : std::string("made");
     out << "First to see inf/nan: rank " << std::get<3>(*first) << ", batch " << std::get<0>(*first) << ", "
-        << (std::get<1>(*first) ? "backward" : "forward") << " op " << std::get<2>(*first) << ": "
+        << (*first_report)["frames"].back().value("direction", std::string("forward")) << " op "
+        << std::get<2>(*first) << ": "
         << frame_text((*first_report)["frames"].back()) << " (" << role << " there)\n"
         << "  " << first_report->value("origin", std::string()) << "\n";
   } else if (any_trip) {

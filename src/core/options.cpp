@@ -46,6 +46,10 @@ void Options::validate() const {
     throw OptionError("sentinel: ranks timeout_seconds must be in (0, 86400], got " +
                       std::to_string(ranks_.timeout_seconds()));
   }
+  if (!(ranks_.max_wait_seconds() >= ranks_.timeout_seconds() && ranks_.max_wait_seconds() <= 86400)) {
+    throw OptionError("sentinel: ranks max_wait_seconds must be in [timeout_seconds, 86400], got " +
+                      std::to_string(ranks_.max_wait_seconds()));
+  }
   if ((action_ == Action::Callback || (fp8_.enabled() && fp8_.alarm_action() == Action::Callback)) && !callback_) {
     throw OptionError("sentinel: Action::Callback needs a callback (set it with Options::callback(fn))");
   }

@@ -92,7 +92,7 @@ void Watchdog::Impl::end_auto_batch() {
     end_batch_locked(lock);
   }
   deliver_fp8_alarm();
-  exchange_ranks();
+  exchange_ranks(ranks::Phase::BatchEnd);
 }
 
 bool Watchdog::Impl::begin_explicit_batch() {
@@ -129,7 +129,7 @@ void Watchdog::Impl::end_explicit_batch(bool unwinding) {
     ranks->leave(batches.current(), /*aborted=*/true);
     return;
   }
-  exchange_ranks();
+  exchange_ranks(ranks::Phase::BatchEnd);
 }
 
 void Watchdog::Impl::close_fp8_step_locked() {
@@ -186,14 +186,15 @@ void Watchdog::Impl::deliver_fp8_alarm() {
   }
 }
 
+bool Watchdog::Impl::has_pending() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return pending != nullptr;
+}
+
 void Watchdog::Impl::throw_pending() {
-  bool due = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    due = pending != nullptr;
-  }
+  const bool due = has_pending();
   // A safe point where something tripped: the other ranks hear of it before it is thrown.
-  if (due) exchange_ranks();
+  if (due) announce_trip();
   std::exception_ptr e;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -294,12 +295,14 @@ void Watchdog::end_batch(bool unwinding) { impl_->end_explicit_batch(unwinding);
 void Watchdog::check() { impl_->throw_pending(); }
 
 void Watchdog::backward(const at::Tensor& loss) {
+  // A trip of this batch's forward: the ranks meet here, as they do after a backward.
+  if (impl_->has_pending()) impl_->exchange_ranks(ranks::Phase::Backward);
   impl_->throw_pending();
   loss.backward();
   impl_->check_parameter_gradients();
   impl_->deliver_fp8_alarm();
   // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.
-  impl_->exchange_ranks();
+  impl_->exchange_ranks(ranks::Phase::Backward);
   impl_->throw_pending();
 }
 

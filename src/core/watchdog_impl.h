@@ -65,14 +65,17 @@ struct Watchdog::Impl final : capture::Session {
   // `unwinding`: an exception (not the sentinel's) ends the batch.
   void end_explicit_batch(bool unwinding = false);
   void throw_pending();
+  bool has_pending();
   // Closes the open FP8 step (lock held): metrics, log, alarms into pending_alarm.
   void close_fp8_step_locked();
   // Runs the action of a pending FP8 alarm; call without the lock.
   void deliver_fp8_alarm();
 
-  // At a safe point: exchange with the other ranks once per batch (without the lock, which it
-  // takes), then report what the agreement says this rank must know.
-  void exchange_ranks();
+  // At a safe point: exchange with the other ranks in this batch's round of `phase` (without the
+  // lock, which it takes), then report what the agreement says this rank must know.
+  void exchange_ranks(ranks::Phase phase);
+  // A trip about to be thrown that no exchange has carried: tell the others and hear them.
+  void announce_trip();
 
   Frame to_frame(const core::FrameRecord& f) const;
   Report build_report() const;
@@ -108,7 +111,8 @@ struct Watchdog::Impl final : capture::Session {
   // Many ranks: identity, per-rank files, the exchanges (src/core/watchdog_ranks.cpp).
   std::unique_ptr<ranks::RankSession> ranks;
   std::string files_dir;           // where report files go: report_dir, or report_dir/rank<R>
-  bool grads_at_batch_end = false; // check_parameter_gradients runs after the user's own code
+  // check_parameter_gradients runs after the user's own code (read by trip() on any thread)
+  std::atomic<bool> grads_at_batch_end{false};
   bool backward_ran_in_batch = false;  // what is made after it is the gradients' (all-reduce)
   bool pending_is_report = false;  // `pending` carries last_report (updated by an exchange)
   std::optional<RankAgreement> reported_agreement;  // what the last rank report said

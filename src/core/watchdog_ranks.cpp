@@ -13,11 +13,12 @@ namespace sentinel {
 namespace {
 
 // Collectives write what other ranks sent: a non-finite output from finite inputs arrived here.
+// (c10d's dispatcher ops, PyTorch 2's functional collectives, and the backends' profiler names.)
 bool is_collective(const std::string& op) {
-  static const char* const kNames[] = {"c10d::", "gloo:", "nccl:", "allreduce", "all_reduce", "allgather",
-                                       "all_gather", "reduce_scatter", "broadcast", "all_to_all", "alltoall"};
-  for (const char* n : kNames) {
-    if (op.find(n) != std::string::npos) return true;
+  static const char* const kPrefixes[] = {"c10d::", "c10d_functional::", "_c10d_functional::", "gloo:", "nccl:",
+                                          "mpi:", "ucc:"};
+  for (const char* p : kPrefixes) {
+    if (op.rfind(p, 0) == 0) return true;
   }
   return false;
 }
@@ -80,7 +81,7 @@ void Watchdog::Impl::stamp_rank(Report& report) {
   ranks->note_trip(e);
 }
 
-void Watchdog::Impl::exchange_ranks() {
+void Watchdog::Impl::exchange_ranks(ranks::Phase phase) {
   if (!ranks->exchanging()) return;
   // May run inside a RecordFunction callback (the end of a TorchScript forward): a channel's
   // own tensors (a process group's all-gather) are not the model's ops.
@@ -90,15 +91,38 @@ void Watchdog::Impl::exchange_ranks() {
     std::lock_guard<std::mutex> lock(mutex);
     batch = batches.current();
   }
-  // Without the lock: this waits for the other ranks, up to the timeout.
-  const auto agreement = ranks->exchange(batch);
+  // Without the lock: this waits for the other ranks.
+  const auto agreement = ranks->exchange(batch, phase);
   if (!agreement) return;
   std::unique_lock<std::mutex> lock(mutex);
   act_on_agreement(*agreement, lock);
 }
 
-void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<std::mutex>& lock) {
+void Watchdog::Impl::announce_trip() {
+  if (!ranks->untold_trip()) return;
+  at::DisableRecordFunctionGuard not_recorded;
+  int64_t batch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    batch = batches.current();
+  }
+  const auto agreement = ranks->announce(batch);
+  if (!agreement) return;
+  std::unique_lock<std::mutex> lock(mutex);
+  act_on_agreement(*agreement, lock);
+}
+
+void Watchdog::Impl::act_on_agreement(const RankAgreement& agreed, std::unique_lock<std::mutex>& lock) {
   std::ostream& out = opts.output();
+  RankAgreement a = agreed;
+  if (const auto own = ranks->own_trip()) {
+    // A trip noted while the exchange ran was not in this rank's record: it counts all the same.
+    if (a.exchanged && std::find(a.tripped.begin(), a.tripped.end(), own->rank) == a.tripped.end()) {
+      a.tripped.insert(std::upper_bound(a.tripped.begin(), a.tripped.end(), own->rank), own->rank);
+      if (!a.first || ranks::earlier(*own, *a.first)) a.first = own;
+    }
+    a.role = own->role;
+  }
   if (!a.exchanged) {
     if (!a.problem.empty() && !reported_agreement) {
       reported_agreement = a;
@@ -111,7 +135,7 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<s
   if (!news) return;
   reported_agreement = a;
 
-  if (ranks->tripped() && last_report && last_report->kind == "nonfinite") {
+  if (ranks->own_trip() && last_report && last_report->kind == "nonfinite") {
     // This rank's report is written: it gains what the others said, in place and in its files.
     Report& r = *last_report;
     r.ranks = a;
@@ -128,7 +152,7 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<s
     lock.lock();
     return;
   }
-  if (stopped) return;  // an error is already on its way to the user
+  if (stopped && pending_is_report) return;  // a report is already on its way to the user
 
   Report r = build_report();  // this rank's own last frames, for the context
   r.rank = ranks->identity().rank;
@@ -146,8 +170,7 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& a, std::unique_lock<s
   } else {
     r.kind = "ranks_missing";
     r.origin = "origin: unknown - rank" + std::string(a.missing.size() > 1 ? "s " : " ") + rank_list(a.missing) +
-               " did not answer within " + std::to_string(static_cast<int64_t>(ranks->timeout_seconds() * 1000)) +
-               " ms (died, hung, or never reached the exchange) and no rank that answered saw inf/nan";
+               " did not answer (died, left, or never reached the exchange) and no rank that answered saw inf/nan";
   }
   deliver(std::move(r), lock);
   lock.lock();

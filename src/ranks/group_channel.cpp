@@ -26,8 +26,8 @@ class GroupChannel final : public RankChannel {
   int64_t world_size() const override { return group_->getSize(); }
   void bind(int64_t, int64_t) override {}
 
-  std::vector<std::optional<std::string>> exchange(int64_t, const std::string& record,
-                                                   std::chrono::milliseconds timeout) override {
+  std::vector<std::optional<std::string>> exchange(const std::string&, const std::string& record,
+                                                   RankWait wait) override {
     if (broken_) throw std::runtime_error("an earlier all-gather on the process group failed");
     const auto options = at::TensorOptions().dtype(at::kByte).device(
         group_->getBackendName() == "nccl" ? at::Device(at::kCUDA) : at::Device(at::kCPU));
@@ -43,7 +43,8 @@ class GroupChannel final : public RankChannel {
     for (int i = 0; i < group_->getSize(); ++i) gathered[0].push_back(at::zeros({static_cast<int64_t>(kSlot)}, options));
     std::vector<at::Tensor> inputs{mine};
     try {
-      group_->allgather(gathered, inputs)->wait(timeout);
+      // A collective cannot tell a slow rank from a dead one: it waits the longest.
+      group_->allgather(gathered, inputs)->wait(wait.longest);
     } catch (...) {
       broken_ = true;  // the ranks' collectives no longer line up: never call it again
       throw;

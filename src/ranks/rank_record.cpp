@@ -91,8 +91,10 @@ std::optional<RankRecord> decode(const std::string& text) {
 }
 
 bool earlier(const RankEvent& a, const RankEvent& b) {
-  return std::make_tuple(a.batch_number, static_cast<int>(a.direction), a.op_index, a.rank) <
-         std::make_tuple(b.batch_number, static_cast<int>(b.direction), b.op_index, b.rank);
+  // The op index counts forward and backward frames of a batch in one sequence. A value received
+  // was made somewhere: within a batch, a rank that made one comes before any that received one.
+  return std::make_tuple(a.batch_number, a.role == RankRole::Received, a.op_index, a.rank) <
+         std::make_tuple(b.batch_number, b.role == RankRole::Received, b.op_index, b.rank);
 }
 
 RankAgreement agree(int64_t round, const RankRecord& self, const std::vector<std::optional<RankRecord>>& records,

@@ -26,7 +26,8 @@ std::string encode(const RankRecord& record);
 // std::nullopt for text that is not a record of this format.
 std::optional<RankRecord> decode(const std::string& text);
 
-// (batch, direction, op index, rank): forward before backward within a batch.
+// (batch, received, op index, rank): within a batch a rank that made an inf/nan comes before one
+// that received it, then the op index (one sequence over the batch's forward and backward ops).
 bool earlier(const RankEvent& a, const RankEvent& b);
 
 // Every rank's view of the exchange of `round`: `records[r]` empty when rank r did not answer (or

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "ranks/rank_channel.h"
 #include "ranks/store_channel.h"
 
 namespace sentinel {
@@ -62,11 +61,11 @@ Identity resolve_identity(const RankOptions& options, const RankChannel* channel
 RankSession::RankSession(const RankOptions& options)
     : exchange_(options.exchange()), timeout_seconds_(options.timeout_seconds()), channel_(options.channel()) {
   id_ = resolve_identity(options, channel_.get());
+  wait_.silence = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds() * 1000));
+  wait_.longest = std::chrono::milliseconds(static_cast<int64_t>(options.max_wait_seconds() * 1000));
   self_.rank = id_.rank;
   if (exchanging() && !channel_) channel_ = default_channel();
-  if (exchanging()) {
-    channel_->bind(id_.rank, id_.world_size);
-  }
+  if (exchanging()) channel_->bind(id_.rank, id_.world_size);
 }
 
 std::string RankSession::files_dir(const std::string& report_dir) const {
@@ -79,48 +78,18 @@ void RankSession::note_trip(const RankEvent& event) {
   if (!self_.tripped) self_.tripped = event;
 }
 
-bool RankSession::tripped() const {
+std::optional<RankEvent> RankSession::own_trip() const {
   std::lock_guard<std::mutex> lock(state_mutex_);
-  return self_.tripped.has_value();
+  return self_.tripped;
 }
 
-std::optional<RankAgreement> RankSession::exchange(int64_t batch) {
-  if (!exchanging()) return std::nullopt;
-  std::lock_guard<std::mutex> channel_lock(channel_mutex_);
-  RankRecord self;
-  RankAgreement a;
-  {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    if (last_round_ >= batch) return std::nullopt;
-    last_round_ = batch;
-    if (!failure_.empty()) return std::nullopt;  // said once, when it failed
-    self = self_;
-  }
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds_ * 1000));
-  std::vector<std::optional<std::string>> texts;
-  try {
-    texts = channel_->exchange(batch, encode(self), timeout);
-  } catch (const ChannelUnavailable& e) {
-    // Nothing says a rank failed: the ranks cannot talk at all. Say so once and watch alone.
-    a.problem = std::string(e.what()) + " (no exchanges: this rank watches on its own)";
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    failure_ = a.problem;
-    return a;
-  } catch (const std::exception& e) {
-    a.problem = "the exchange through " + channel_->describe() + " failed: " + e.what() +
-                " (no further exchanges; this rank keeps watching on its own)";
-    {
-      std::lock_guard<std::mutex> lock(state_mutex_);
-      failure_ = a.problem;
-    }
-    // Which ranks would have answered is unknown: name them all.
-    for (int64_t r = 0; r < id_.world_size; ++r) {
-      if (r != id_.rank) a.missing.push_back(r);
-    }
-    a.exchanged = true;
-    a.role = self.tripped ? self.tripped->role : RankRole::Stopped;
-    return a;
-  }
+bool RankSession::untold_trip() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return exchanging() && self_.tripped && !told_ && failure_.empty();
+}
+
+RankAgreement RankSession::agreement_from(int64_t batch, const RankRecord& self,
+                                          const std::vector<std::optional<std::string>>& texts) const {
   std::vector<std::optional<RankRecord>> records(static_cast<size_t>(id_.world_size));
   std::vector<int64_t> unreadable;
   for (int64_t r = 0; r < id_.world_size && r < static_cast<int64_t>(texts.size()); ++r) {
@@ -138,6 +107,72 @@ std::optional<RankAgreement> RankSession::exchange(int64_t batch) {
   return agreed;
 }
 
+RankAgreement RankSession::channel_failed(const std::exception& e, const RankRecord& self) {
+  RankAgreement a;
+  if (dynamic_cast<const ChannelUnavailable*>(&e)) {
+    // Nothing says a rank failed: the ranks cannot talk at all. Say so once and watch alone.
+    a.problem = std::string(e.what()) + " (no exchanges: this rank watches on its own)";
+  } else {
+    a.problem = "the exchange through " + channel_->describe() + " failed: " + e.what() +
+                " (no further exchanges; this rank keeps watching on its own)";
+    // Which ranks would have answered is unknown: name them all.
+    for (int64_t r = 0; r < id_.world_size; ++r) {
+      if (r != id_.rank) a.missing.push_back(r);
+    }
+    a.exchanged = true;
+    a.role = self.tripped ? self.tripped->role : RankRole::Stopped;
+  }
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  failure_ = a.problem;
+  return a;
+}
+
+std::optional<RankAgreement> RankSession::exchange(int64_t batch, Phase phase) {
+  if (!exchanging()) return std::nullopt;
+  std::lock_guard<std::mutex> channel_lock(channel_mutex_);
+  RankRecord self;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    int64_t& last = last_batch_[static_cast<int>(phase)];
+    if (last >= batch || left_) return std::nullopt;
+    last = batch;
+    if (!failure_.empty()) return std::nullopt;  // said once, when it failed
+    self = self_;
+    if (self.tripped) told_ = true;
+  }
+  const std::string round = std::to_string(batch) + (phase == Phase::Backward ? "b" : "e");
+  try {
+    return agreement_from(batch, self, channel_->exchange(round, encode(self), wait_));
+  } catch (const std::exception& e) {
+    return channel_failed(e, self);
+  }
+}
+
+std::optional<RankAgreement> RankSession::announce(int64_t batch) {
+  if (!untold_trip()) return std::nullopt;
+  RankRecord self;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    told_ = true;
+    self = self_;
+  }
+  leave(batch);
+  std::lock_guard<std::mutex> channel_lock(channel_mutex_);
+  // The others hear of it at their next round, of this batch or the next, and answer there.
+  std::vector<std::string> rounds;
+  for (int64_t b : {batch, batch + 1}) {
+    for (const char* phase : {"b", "e"}) rounds.push_back(std::to_string(b) + phase);
+  }
+  try {
+    auto texts = channel_->gather_next(rounds, wait_);
+    if (texts.empty()) return std::nullopt;  // a collective cannot gather from one rank
+    texts[static_cast<size_t>(id_.rank)] = encode(self);
+    return agreement_from(batch, self, texts);
+  } catch (const std::exception& e) {
+    return channel_failed(e, self);
+  }
+}
+
 void RankSession::leave(int64_t batch, bool aborted) noexcept {
   if (!exchanging()) return;
   RankRecord farewell;
@@ -152,7 +187,7 @@ void RankSession::leave(int64_t batch, bool aborted) noexcept {
   farewell.aborted = aborted;
   try {
     std::lock_guard<std::mutex> channel_lock(channel_mutex_);
-    channel_->leave(encode(farewell));
+    channel_->leave(encode(farewell), wait_);
   } catch (...) {
   }
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ranks/rank_channel.h"
 #include "ranks/rank_record.h"
 
 namespace sentinel {
@@ -25,6 +26,9 @@ struct Identity {
 // throws sentinel::OptionError naming a malformed or inconsistent value.
 Identity resolve_identity(const RankOptions& options, const RankChannel* channel);
 
+// Where the ranks meet in a batch: each is a round of its own, taken by every rank once per batch.
+enum class Phase { Backward, BatchEnd };
+
 class RankSession {
  public:
   explicit RankSession(const RankOptions& options);
@@ -36,12 +40,17 @@ class RankSession {
 
   // This rank's first inf/nan (the one the others need; later ones are not sent).
   void note_trip(const RankEvent& event);
-  bool tripped() const;
-  // Publishes this rank's record for `batch` and gathers the others' (blocks up to the timeout);
-  // std::nullopt when this batch's exchange has already taken place (at most one per batch).
-  // Never throws: a failing channel is reported in RankAgreement::problem and not used again.
-  // Threads may call it at once: one exchanges, the others find it done.
-  std::optional<RankAgreement> exchange(int64_t batch);
+  std::optional<RankEvent> own_trip() const;
+  // This rank tripped and no exchange has carried it yet.
+  bool untold_trip() const;
+  // Publishes this rank's record for (`batch`, `phase`) and gathers the others' (blocks while they
+  // are alive, see RankWait); std::nullopt when that round has already taken place. Never throws:
+  // a failing channel is reported in RankAgreement::problem and not used again. Threads may call
+  // it at once: one exchanges, the others find it done.
+  std::optional<RankAgreement> exchange(int64_t batch, Phase phase);
+  // This rank tripped since its last exchange and stops before the next one (check(), the start
+  // of a batch): it leaves its record for the others' next round and gathers what they say there.
+  std::optional<RankAgreement> announce(int64_t batch);
   // This rank stops answering after `batch` (an error goes to the user, or `aborted`: an
   // exception not the sentinel's unwinds that batch): its record stands in for it in the rounds
   // it misses.
@@ -49,9 +58,14 @@ class RankSession {
   double timeout_seconds() const { return timeout_seconds_; }
 
  private:
+  RankAgreement agreement_from(int64_t batch, const RankRecord& self,
+                               const std::vector<std::optional<std::string>>& texts) const;
+  RankAgreement channel_failed(const std::exception& e, const RankRecord& self);
+
   Identity id_;
   bool exchange_ = true;
   double timeout_seconds_ = 5;
+  RankWait wait_{};
   std::shared_ptr<RankChannel> channel_;
   // The channel is used by one thread at a time; the state below is read and written under its
   // own lock, so that an op thread noting a trip never waits for an exchange in progress.
@@ -59,7 +73,8 @@ class RankSession {
   mutable std::mutex state_mutex_;
   std::string failure_;  // why the channel is no longer used
   RankRecord self_;
-  int64_t last_round_ = -1;
+  int64_t last_batch_[2] = {-1, -1};  // by Phase
+  bool told_ = false;                 // an exchange has carried self_.tripped
   bool left_ = false;
 };
 

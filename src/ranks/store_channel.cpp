@@ -1,5 +1,6 @@
-// Records through the c10d store: each rank sets its key and polls for the others', so a rank
-// that never answers is named (and not waited for again) instead of failing the whole exchange.
+// Records through the c10d store. Each rank sets its key for the round and polls for the others';
+// a heartbeat key tells a slow rank (waited for) from a dead one (given up after a short silence),
+// so a rank that never answers is named instead of failing the whole exchange.
 #include <sentinel/errors.h>
 #include <sentinel/ranks.h>
 
@@ -7,11 +8,11 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
-#include <stdexcept>
 #include <thread>
 
 #include "ranks/rank_channel.h"
@@ -26,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 // Two watchdogs of one rank on one store exchange under different keys; SPMD programs make them
 // in the same order on every rank, so the n-th watchdog of each rank meets the n-th of the
-// others. (Counted per store and rank: ranks simulated as threads of one process meet too.)
+// others. (Counted per store object and rank: ranks simulated as threads of one process meet too.)
 std::string next_scope(const void* store, int64_t rank) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int64_t>, int64_t> made;
@@ -34,10 +35,14 @@ std::string next_scope(const void* store, int64_t rank) {
   return "w" + std::to_string(made[{store, rank}]++);
 }
 
+std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+std::string text(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
+
 class StoreChannel final : public RankChannel {
  public:
   // `store` may be null: connect to the store at MASTER_ADDR:MASTER_PORT at the first exchange.
   explicit StoreChannel(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  ~StoreChannel() override { stop_heartbeat(); }
 
   void bind(int64_t rank, int64_t world_size) override {
     if (!prefix_.empty()) {
@@ -49,45 +54,109 @@ class StoreChannel final : public RankChannel {
     // elastic restart torchrun's store still holds the keys of the failed attempt: not ours.
     const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
     prefix_ = "sentinel/" + std::string(restart && *restart ? restart : "0") + "/" + next_scope(store_.get(), rank) + "/";
-    gone_.assign(static_cast<size_t>(world_size), false);
-    left_.assign(static_cast<size_t>(world_size), std::nullopt);
+    pulses_.assign(static_cast<size_t>(world_size), Pulse{});
   }
 
-  std::vector<std::optional<std::string>> exchange(int64_t round, const std::string& record,
-                                                   std::chrono::milliseconds timeout) override {
-    connect(timeout);
+  std::vector<std::optional<std::string>> exchange(const std::string& round, const std::string& record,
+                                                   RankWait wait) override {
+    connect(wait.silence);
+    start_heartbeat(wait.silence);
+    problem_.clear();
     store_->set(round_key(round, rank_), bytes(record));
     forget_old_rounds(round);
-
     std::vector<std::optional<std::string>> out(static_cast<size_t>(world_size_));
     out[static_cast<size_t>(rank_)] = record;
+    in_round_ = 1;
+    gather({round}, wait, /*with_own_round=*/true, out);
+    last_round_ = round;
+    if (problem_.empty()) {
+      try {
+        store_->add(prefix_ + "read/" + round, 1);  // this rank has read the round (see leave)
+      } catch (const std::exception&) {
+      }
+    }
+    return out;
+  }
+
+  std::vector<std::optional<std::string>> gather_next(const std::vector<std::string>& rounds, RankWait wait) override {
+    std::vector<std::optional<std::string>> out(static_cast<size_t>(world_size_));
+    if (!store_) return out;
+    problem_.clear();
+    gather(rounds, wait, /*with_own_round=*/false, out);
+    return out;
+  }
+
+  void leave(const std::string& record, RankWait wait) noexcept override {
+    if (!store_) return;
+    try {
+      store_->set(prefix_ + "left/" + std::to_string(rank_), bytes(record));
+      // If this process serves the store, leaving may take it away: first let the ranks that
+      // answered the last round finish reading it.
+      if (!last_round_.empty()) {
+        const auto deadline = Clock::now() + wait.silence;
+        while (store_->add(prefix_ + "read/" + last_round_, 0) < in_round_ && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+      }
+    } catch (...) {
+      // The others then name this rank as not answering: nothing is lost on this side.
+    }
+    stop_heartbeat();
+  }
+
+  std::string problem() const override { return problem_; }
+
+  std::string describe() const override {
+    return address_.empty() ? std::string("the c10d store given in RankOptions::channel")
+                            : "the c10d store at " + address_;
+  }
+
+ private:
+  struct Pulse {
+    std::string beat;           // the last heartbeat value seen
+    Clock::time_point changed;  // when it was seen to change
+    bool seen = false;          // a heartbeat was ever seen (else: not started yet)
+  };
+
+  std::string round_key(const std::string& round, int64_t rank) const {
+    return prefix_ + round + "/" + std::to_string(rank);
+  }
+
+  // Fills out[r] for every other rank from the first of `rounds` it has published, or its
+  // farewell, waiting while it is alive.
+  void gather(const std::vector<std::string>& rounds, RankWait wait, bool with_own_round,
+              std::vector<std::optional<std::string>>& out) {
     std::vector<int64_t> waiting;
     for (int64_t r = 0; r < world_size_; ++r) {
       if (r != rank_) waiting.push_back(r);
     }
-    // Usually every rank is already there: one round trip tells.
-    std::vector<std::string> keys;
-    for (int64_t r : waiting) keys.push_back(round_key(round, r));
     try {
-      if (!keys.empty() && store_->check(keys)) {
-        for (int64_t r : waiting) out[static_cast<size_t>(r)] = text(store_->get(round_key(round, r)));
-        return out;
+      if (with_own_round && rounds.size() == 1) {
+        // Usually every rank is already there: one round trip tells.
+        std::vector<std::string> keys;
+        for (int64_t r : waiting) keys.push_back(round_key(rounds[0], r));
+        if (!keys.empty() && store_->check(keys)) {
+          for (int64_t r : waiting) out[static_cast<size_t>(r)] = text(store_->get(round_key(rounds[0], r)));
+          in_round_ += static_cast<int64_t>(waiting.size());
+          return;
+        }
       }
-      const auto deadline = Clock::now() + timeout;
+      const auto start = Clock::now();
       auto pause = std::chrono::microseconds(200);
       while (!waiting.empty()) {
         for (auto it = waiting.begin(); it != waiting.end();) {
-          if (auto answer = poll(round, *it)) {
+          if (auto answer = poll(rounds, *it)) {
             out[static_cast<size_t>(*it)] = std::move(answer);
             it = waiting.erase(it);
           } else {
             ++it;
           }
         }
-        // A rank that missed an earlier exchange is asked once, not waited for again.
-        waiting.erase(std::remove_if(waiting.begin(), waiting.end(), [&](int64_t r) { return gone_[r]; }),
+        const auto now = Clock::now();
+        waiting.erase(std::remove_if(waiting.begin(), waiting.end(),
+                                     [&](int64_t r) { return given_up(r, start, now, wait); }),
                       waiting.end());
-        if (waiting.empty() || Clock::now() >= deadline) break;
+        if (waiting.empty()) break;
         std::this_thread::sleep_for(pause);
         pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(20));
       }
@@ -96,60 +165,81 @@ class StoreChannel final : public RankChannel {
       // gathered stands, and the rest did not answer.
       problem_ = std::string("the c10d store stopped answering: ") + e.what();
     }
-    for (int64_t r : waiting) gone_[static_cast<size_t>(r)] = true;
-    return out;
   }
 
-  std::string problem() const override { return problem_; }
-
-  void leave(const std::string& record) noexcept override {
-    if (!store_) return;
-    try {
-      store_->set(prefix_ + "left/" + std::to_string(rank_), bytes(record));
-    } catch (...) {
-      // The others then name this rank as not answering: nothing is lost on this side.
+  std::optional<std::string> poll(const std::vector<std::string>& rounds, int64_t r) {
+    for (const auto& round : rounds) {
+      const std::string key = round_key(round, r);
+      if (store_->check({key})) {
+        ++in_round_;
+        return text(store_->get(key));
+      }
     }
+    const std::string leave_key = prefix_ + "left/" + std::to_string(r);
+    if (store_->check({leave_key})) return text(store_->get(leave_key));
+    return std::nullopt;
   }
 
-  std::string describe() const override {
-    return address_.empty() ? std::string("the c10d store given in RankOptions::channel")
-                            : "the c10d store at " + address_;
-  }
-
-  void set_address(std::string a) { address_ = std::move(a); }
-
- private:
-  static std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-  static std::string text(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
-  std::string round_key(int64_t round, int64_t rank) const {
-    return prefix_ + std::to_string(round) + "/" + std::to_string(rank);
-  }
-
-  std::optional<std::string> poll(int64_t round, int64_t r) {
-    const std::string key = round_key(round, r);
+  // A rank whose heartbeat has not moved for `silence` is dead; one that never beat (not started
+  // yet) and one that beats (alive, slow) are waited for up to `longest`.
+  bool given_up(int64_t r, Clock::time_point start, Clock::time_point now, RankWait wait) {
+    Pulse& p = pulses_[static_cast<size_t>(r)];
+    const std::string key = prefix_ + "hb/" + std::to_string(r);
     if (store_->check({key})) {
-      gone_[static_cast<size_t>(r)] = false;
-      return text(store_->get(key));
+      std::string beat = text(store_->get(key));
+      if (!p.seen || beat != p.beat) {
+        p.beat = std::move(beat);
+        p.changed = now;
+        p.seen = true;
+      }
     }
-    auto& left = left_[static_cast<size_t>(r)];
-    if (!left) {
-      const std::string leave_key = prefix_ + "left/" + std::to_string(r);
-      if (store_->check({leave_key})) left = text(store_->get(leave_key));
+    if (now - start >= wait.longest) return true;
+    return p.seen && now - p.changed >= wait.silence;
+  }
+
+  void start_heartbeat(std::chrono::milliseconds silence) {
+    std::lock_guard<std::mutex> lock(beat_mutex_);
+    if (beating_) return;
+    beating_ = true;
+    const auto period = std::clamp<std::chrono::milliseconds>(silence / 5, std::chrono::milliseconds(20),
+                                                              std::chrono::milliseconds(1000));
+    heart_ = std::thread([this, period] {
+      int64_t beat = 0;
+      std::unique_lock<std::mutex> lock(beat_mutex_);
+      while (beating_) {
+        lock.unlock();
+        try {
+          store_->set(prefix_ + "hb/" + std::to_string(rank_), bytes(std::to_string(++beat)));
+        } catch (...) {
+          // A store that stopped answering: the others see this rank fall silent, as they should.
+        }
+        lock.lock();
+        beat_cv_.wait_for(lock, period, [this] { return !beating_; });
+      }
+    });
+  }
+
+  void stop_heartbeat() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(beat_mutex_);
+      if (!beating_) return;
+      beating_ = false;
     }
-    return left;
+    beat_cv_.notify_all();
+    if (heart_.joinable()) heart_.join();
   }
 
   // Each rank removes its own keys once no rank in lockstep can still need them.
-  void forget_old_rounds(int64_t round) {
+  void forget_old_rounds(const std::string& round) {
     published_.push_back(round);
-    while (published_.size() > 16) {
+    while (published_.size() > 32) {
       store_->deleteKey(round_key(published_.front(), rank_));
+      store_->deleteKey(prefix_ + "read/" + published_.front());
       published_.pop_front();
     }
   }
 
   void connect(std::chrono::milliseconds timeout) {
-    if (!problem_.empty()) throw std::runtime_error(problem_);
     if (store_) return;
     const char* addr = std::getenv("MASTER_ADDR");
     const char* port = std::getenv("MASTER_PORT");
@@ -174,7 +264,7 @@ class StoreChannel final : public RankChannel {
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(addr, o);
     } catch (const std::exception& e) {
- throw ChannelUnavailable("cannot reach the c10d store at " + address_ + ": " + e.what());
+      throw ChannelUnavailable("cannot reach the c10d store at " + address_ + ": " + e.what());
     }
   }
 
@@ -182,10 +272,15 @@ class StoreChannel final : public RankChannel {
   std::string address_;
   int64_t rank_ = 0, world_size_ = 1;
   std::string prefix_;
-  std::vector<bool> gone_;
-  std::vector<std::optional<std::string>> left_;
-  std::deque<int64_t> published_;
+  std::vector<Pulse> pulses_;
+  std::deque<std::string> published_;
+  std::string last_round_;  // the last round this rank exchanged, and how many ranks took part in it
+  int64_t in_round_ = 0;    // (answers from a farewell do not: those ranks will not read it)
   std::string problem_;
+  std::mutex beat_mutex_;
+  std::condition_variable beat_cv_;
+  bool beating_ = false;
+  std::thread heart_;
 };
 
 }  // namespace

@@ -169,6 +169,30 @@ TEST(RankProcesses, TwoRanksEveryRankStopsAndNamesTheRankWithTheBadBatch) { expe
 
 TEST(RankProcesses, FourRanksEveryRankStopsAndNamesTheRankWithTheBadBatch) { expect_bad_rank_named_everywhere(4, 2); }
 
+// HF's pattern: the batch is the forward alone, watch.backward() follows it (the batch's end
+// exchange is already done), and rank 1's backward makes the nan. The ranks still meet at
+// watch.backward(), so every rank stops before the all-reduce and names rank 1's backward.
+TEST(RankProcesses, FourRanksABackwardTripAfterAForwardOnlyBatchStopsEveryRankBeforeTheAllReduce) {
+  const RankRun run = launch("backward", 4,
+                             {{"SENTINEL_EXAMPLE_BAD_RANK", "1"}, {"SENTINEL_EXAMPLE_BAD_BACKWARD", "1"},
+                              {"SENTINEL_EXAMPLE_FORWARD_ONLY_BATCH", "1"}});
+  ASSERT_FALSE(run.hung) << all_logs(run);
+  const json made = run.report(1, "sentinel_batch2.json");
+  ASSERT_TRUE(made.is_object()) << all_logs(run);
+  EXPECT_EQ(made["frames"].back()["direction"], "backward");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(run.exited_ok(r)) << "rank " << r << "\n" << all_logs(run);
+    const json rep = run.report(r, r == 1 ? "sentinel_batch2.json" : "sentinel_peer_batch2.json");
+    ASSERT_TRUE(rep.is_object()) << "rank " << r << "\n" << all_logs(run);
+    ASSERT_TRUE(rep["ranks"]["first"].is_object()) << rep.dump(1);
+    EXPECT_EQ(rep["ranks"]["first"]["rank"], 1);
+    EXPECT_EQ(rep["ranks"]["first"]["direction"], "backward");
+    EXPECT_EQ(rep["ranks"]["first"]["op_index"], made["frames"].back()["op_index"]);
+    EXPECT_EQ(rep["ranks"]["role"], r == 1 ? "made" : "stopped");
+  }
+  fs::remove_all(run.dir);
+}
+
 // loss.backward() instead of watch.backward(): no exchange before the all-reduce, so the inf
 // reaches every rank through it; they say they received it, and still name rank 3 as first.
 TEST(RankProcesses, FourRanksOthersReceiveTheInfThroughTheAllReduceAndSaySo) {

@@ -10,6 +10,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -402,7 +404,12 @@ TEST(RankWatchdog, EveryRankStopsAndNamesTheFirstRankInItsReportAndFiles) {
     EXPECT_EQ(rep.ranks.tripped, (std::vector<int64_t>{1}));
     EXPECT_EQ(rep.kind, r == 1 ? "nonfinite" : "peer_nonfinite");
     EXPECT_EQ(rep.ranks.role, r == 1 ? RankRole::Made : RankRole::Stopped);
-    EXPECT_NE(texts[r].find("Ranks: this is rank " + std::to_string(r) + " of 2."), std::string::npos) << texts[r];
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    EXPECT_EQ(rep.ranks.host, host);
+    EXPECT_EQ(rep.ranks.first->host, host);
+    EXPECT_NE(texts[r].find("Ranks: this is rank " + std::to_string(r) + " of 2 (on " + host + ")."), std::string::npos)
+        << texts[r];
     // Each rank's files in its own directory, and the files carry the agreement.
     const auto json_file = dir / ("rank" + std::to_string(r)) /
                            (r == 1 ? "sentinel_batch1.json" : "sentinel_peer_batch1.json");

@@ -110,10 +110,13 @@ struct RankEvent {
   std::string frame;   // "layers.1 (Linear) aten::addmm"
   std::string origin;  // that rank's origin line
   RankRole role = RankRole::Made;  // Made or Received, as that rank judged it
+  std::string host;                // where that rank ran (its host name), and its
+  int64_t local_rank = -1;         // LOCAL_RANK there (which GPU), -1 if not set
 };
 
-// What the ranks agreed on at the last exchange. Events are ordered by (batch, direction, op
-// index, rank): data-parallel ranks run the same ops in the same order, so no clocks are needed.
+// What the ranks agreed on at the last exchange. Events are ordered by batch, then made before
+// received, then op index, then rank: data-parallel ranks run the same ops in the same order,
+// so no clocks are needed.
 struct RankAgreement {
   bool exchanged = false;          // an exchange took place
   std::optional<RankEvent> first;  // the first rank to see inf/nan (none: no answering rank did)
@@ -121,6 +124,8 @@ struct RankAgreement {
   std::vector<int64_t> tripped;    // ranks that saw inf/nan, ascending
   std::vector<int64_t> missing;    // ranks that did not answer within the timeout
   std::string problem;             // why the exchange could not complete, if it could not
+  std::string host;                // this rank's host name, and
+  int64_t local_rank = -1;         // its LOCAL_RANK (-1 if not set)
 };
 
 struct Report {

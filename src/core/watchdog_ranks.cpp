@@ -56,6 +56,8 @@ void Watchdog::Impl::stamp_rank(Report& report) {
   e.op_index = t.op_index;
   e.frame = describe_frame(t);
   e.role = RankRole::Made;
+  e.host = ranks->identity().host;
+  e.local_rank = ranks->identity().local_rank;
   if (report.produced_here && is_collective(t.op)) {
     e.role = RankRole::Received;
     report.origin = "origin: received from another rank - " + t.op + " in " +
@@ -78,6 +80,8 @@ void Watchdog::Impl::stamp_rank(Report& report) {
   }
   e.origin = report.origin;
   report.ranks.role = e.role;
+  report.ranks.host = e.host;
+  report.ranks.local_rank = e.local_rank;
   ranks->note_trip(e);
 }
 
@@ -153,6 +157,10 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& agreed, std::unique_l
     return;
   }
   if (stopped && pending_is_report) return;  // a report is already on its way to the user
+  if (!a.first && a.missing.empty()) {  // trouble, but nobody to stop for
+    out << "sentinel: rank " << ranks->identity().rank << ": " << a.problem << "\n" << std::flush;
+    return;
+  }
 
   Report r = build_report();  // this rank's own last frames, for the context
   r.rank = ranks->identity().rank;

@@ -40,7 +40,8 @@ std::string encode(const RankRecord& record) {
   if (const auto& e = record.tripped) {
     out += "batch=" + std::to_string(e->batch_number) + "\ndirection=" + to_string(e->direction) +
            "\nop_index=" + std::to_string(e->op_index) + "\nrole=" + role_key(e->role) +
-           "\nframe=" + one_line(e->frame) + "\norigin=" + one_line(e->origin) + "\n";
+           "\nframe=" + one_line(e->frame) + "\norigin=" + one_line(e->origin) + "\nhost=" + one_line(e->host) +
+           "\nlocal_rank=" + std::to_string(e->local_rank) + "\n";
   }
   return out;
 }
@@ -80,6 +81,10 @@ std::optional<RankRecord> decode(const std::string& text) {
       e.frame = value;
     } else if (key == "origin") {
       e.origin = value;
+    } else if (key == "host") {
+      e.host = value;
+    } else if (key == "local_rank") {
+      if (!parse_int(value, e.local_rank)) return std::nullopt;
     }  // keys of later versions are ignored
   }
   if (!have_rank || have_batch != have_op) return std::nullopt;

@@ -2,6 +2,8 @@
 
 #include <sentinel/errors.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -51,6 +53,9 @@ Identity resolve_identity(const RankOptions& options, const RankChannel* channel
     id.rank = options.rank();
     id.source = "RankOptions";
   }
+  id.local_rank = env_int("LOCAL_RANK").value_or(-1);
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) == 0) id.host = host;
   if (id.rank < 0 || id.rank >= id.world_size) {
     throw OptionError("sentinel: rank " + std::to_string(id.rank) + " (from " + id.source +
                       ") is not in [0, world size " + std::to_string(id.world_size) + ")");
@@ -102,6 +107,8 @@ RankAgreement RankSession::agreement_from(int64_t batch, const RankRecord& self,
     }
   }
   RankAgreement agreed = agree(batch, self, records, unreadable);
+  agreed.host = id_.host;
+  agreed.local_rank = id_.local_rank;
   const std::string trouble = channel_->problem();
   if (!trouble.empty()) agreed.problem += (agreed.problem.empty() ? "" : "; ") + trouble;
   return agreed;
@@ -122,6 +129,8 @@ RankAgreement RankSession::channel_failed(const std::exception& e, const RankRec
     a.exchanged = true;
     a.role = self.tripped ? self.tripped->role : RankRole::Stopped;
   }
+  a.host = id_.host;
+  a.local_rank = id_.local_rank;
   std::lock_guard<std::mutex> lock(state_mutex_);
   failure_ = a.problem;
   return a;

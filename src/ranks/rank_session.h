@@ -20,6 +20,8 @@ struct Identity {
   int64_t rank = 0;
   int64_t world_size = 1;
   std::string source;  // "one process", "RANK and WORLD_SIZE", "RankOptions", "the process group"
+  int64_t local_rank = -1;  // LOCAL_RANK (which device on this host), -1 if not set
+  std::string host;         // this host's name
 };
 
 // RankOptions first, then the channel's process group, then torchrun's RANK and WORLD_SIZE;

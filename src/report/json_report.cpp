@@ -90,10 +90,13 @@ std::string render_json(const Report& report) {
              {"op_index", a.first->op_index},
              {"frame", a.first->frame},
              {"origin", a.first->origin},
-             {"role", to_string(a.first->role)}};
+             {"role", to_string(a.first->role)},
+             {"host", a.first->host},
+             {"local_rank", a.first->local_rank}};
   }
   nlohmann::json ranks{{"exchanged", a.exchanged}, {"role", to_string(a.role)}, {"first", first},
-                       {"tripped", a.tripped},     {"missing", a.missing},       {"problem", a.problem}};
+                       {"tripped", a.tripped},     {"missing", a.missing},       {"problem", a.problem},
+                       {"host", a.host},           {"local_rank", a.local_rank}};
   nlohmann::json j{{"schema_version", SENTINEL_REPORT_SCHEMA_VERSION},
                    {"sentinel_version", SENTINEL_VERSION_STRING},
                    {"kind", report.kind},

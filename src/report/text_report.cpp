@@ -147,13 +147,21 @@ std::string render_ranks_text(const Report& report) {
     for (int64_t r : v) s += (s.empty() ? "" : ", ") + std::to_string(r);
     return s;
   };
-  std::string out = "Ranks: this is rank " + std::to_string(report.rank) + " of " + std::to_string(report.world_size) + ".\n";
+  auto where = [](const std::string& host, int64_t local_rank) {
+    std::string w;
+    if (local_rank >= 0) w += "local rank " + std::to_string(local_rank);
+    if (!host.empty()) w += (w.empty() ? "on " : " on ") + host;
+    return w.empty() ? w : " (" + w + ")";
+  };
+  std::string out = "Ranks: this is rank " + std::to_string(report.rank) + " of " + std::to_string(report.world_size) +
+                    where(a.host, a.local_rank) + ".\n";
   if (!a.exchanged) {
     out += "  The ranks have not exchanged yet: whether another rank saw inf/nan first is not known here.\n";
   }
   if (a.first) {
     const RankEvent& f = *a.first;
-    out += "  First to see inf/nan: rank " + std::to_string(f.rank) + ", batch " + std::to_string(f.batch_number) +
+    out += "  First to see inf/nan: rank " + std::to_string(f.rank) + where(f.host, f.local_rank) + ", batch " +
+           std::to_string(f.batch_number) +
            ", " + to_string(f.direction) + " op " + std::to_string(f.op_index) + ": " + f.frame + " (" +
            (f.role == RankRole::Received ? "received there" : "made there") + ")\n";
     if (f.rank != report.rank) out += "  Its " + f.origin + "\n";

@@ -155,6 +155,9 @@ void expect_bad_rank_named_everywhere(int world, int bad) {
     EXPECT_EQ(ranks["first"]["op_index"], trigger["op_index"]);
     EXPECT_EQ(ranks["tripped"], json::array({bad}));
     EXPECT_TRUE(ranks["missing"].empty());
+    EXPECT_EQ(ranks["local_rank"], r);  // LOCAL_RANK, as torchrun sets it
+    EXPECT_EQ(ranks["first"]["local_rank"], bad);
+    EXPECT_FALSE(ranks["first"]["host"].get<std::string>().empty());
     EXPECT_NE(run.log[r].find("Ranks: this is rank " + std::to_string(r) + " of " + std::to_string(world)),
               std::string::npos);
   }

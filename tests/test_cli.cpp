@@ -4,8 +4,11 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <sys/wait.h>
+
+#include <sentinel/sentinel.h>
 
 #include "support/test_models.h"
 
@@ -131,6 +134,63 @@ TEST(Cli, BadInputGetsAClearMessageAndItsOwnExitCode) {
     EXPECT_EQ(r.output.find("sentinel: sentinel:"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("0000000000"), std::string::npos) << "a bound printed in full: " << r.output;
   }
+}
+
+// `sentinel ranks DIR` on reports written as the ranks write them, one of them garbage.
+TEST(Cli, RanksSummarizesEachRanksReportsAndNamesTheFirst) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "sentinel_cli_ranks";
+  fs::remove_all(dir);
+  for (int r = 0; r < 4; ++r) fs::create_directories(dir / ("rank" + std::to_string(r)));
+  auto write = [&](const fs::path& path, const sentinel::Report& report) {
+    std::ofstream(path) << sentinel::render_json(report);
+  };
+  sentinel::Frame frame;
+  frame.batch_number = 2;
+  frame.op_index = 14;
+  frame.module_path = "fc1";
+  frame.module_class = "Linear";
+  frame.op = "aten::addmm";
+  sentinel::Report made;
+  made.kind = "nonfinite";
+  made.rank = 1;
+  made.world_size = 4;
+  made.batch_number = 2;
+  made.frames = {frame};
+  made.origin = "origin: aten::addmm in fc1 (Linear) produced the first inf/nan";
+  made.ranks.role = sentinel::RankRole::Made;
+  write(dir / "rank1" / "sentinel_batch2.json", made);
+  sentinel::Report received = made;  // a later op on rank 0, received through the all-reduce
+  received.rank = 0;
+  received.frames[0].op_index = 3;
+  received.frames[0].op = "aten::div_";
+  received.ranks.role = sentinel::RankRole::Received;
+  write(dir / "rank0" / "sentinel_batch2.json", received);
+  std::ofstream(dir / "rank2" / "sentinel_batch2.json") << "{ not json";
+  auto r = sentinel_cli("ranks " + dir.string());
+  EXPECT_EQ(r.code, 3) << r.output;
+  // Made before received within a batch, though rank 0's op index is smaller.
+  EXPECT_NE(r.output.find("First to see inf/nan: rank 1, batch 2, forward op 14: fc1 (Linear) aten::addmm (made there)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank2/sentinel_batch2.json is not a sentinel report: skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 3: no report"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: nonfinite in batch 2, role received, at fc1 (Linear) aten::div_"), std::string::npos)
+      << r.output;
+
+  fs::remove_all(dir);
+  fs::create_directories(dir / "rank0");
+  r = sentinel_cli("ranks " + dir.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("No rank saw inf/nan."), std::string::npos) << r.output;
+  fs::remove_all(dir / "rank0");
+  r = sentinel_cli("ranks " + dir.string());
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("no rank<R>/ directories"), std::string::npos) << r.output;
+  r = sentinel_cli("ranks " + (dir / "missing").string());
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("is not a directory"), std::string::npos) << r.output;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -15,7 +15,6 @@ namespace ranks {
 
 namespace {
 
-
 std::optional<int64_t> env_int(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return std::nullopt;

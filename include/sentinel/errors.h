@@ -45,8 +45,8 @@ class Fp8AlarmError : public Error {
   Report report_;
 };
 
-// Ranks did not answer the exchange within RankOptions::timeout_seconds (died, hung, or never
-// reached it) and no rank that answered saw inf/nan; what() is this rank's report.
+// Ranks did not answer the exchange (died, left, or did not reach it within
+// RankOptions::max_wait_seconds) and no rank that answered saw inf/nan; what() is this rank's report.
 class RanksMissingError : public Error {
  public:
   RanksMissingError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}

@@ -61,8 +61,9 @@ class Fp8Options {
 class RankChannel;
 
 // Many processes (torchrun, c10d): each rank writes its reports into <report_dir>/rank<R>/, and
-// the ranks exchange one small record per batch, so that every rank's report names the first rank
-// that saw an inf/nan (and stops the ranks that did not). Active when the world has more than one rank.
+// the ranks exchange one small record at Watchdog::backward and at batch end, so that every rank's
+// report names the first rank that saw an inf/nan (and stops the ranks that did not). Active when
+// the world has more than one rank. See docs/ranks.md.
 class RankOptions {
   // This process's rank and the number of ranks; -1: from the channel's process group, else from
   // torchrun's RANK and WORLD_SIZE, else 0 and 1.

@@ -25,35 +25,33 @@ class InputError : public Error {
   using Error::Error;
 };
 
-// inf/nan detected; what() is the full text report.
-class NonFiniteError : public Error {
+// An error that carries a report; what() is the report's text.
+class ReportError : public Error {
  public:
-  NonFiniteError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}
+  ReportError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}
   const Report& report() const noexcept { return report_; }
 
  private:
   Report report_;
+};
+
+// inf/nan detected (on this rank, or on another rank that this one stops with).
+class NonFiniteError : public ReportError {
+ public:
+  using ReportError::ReportError;
 };
 
 // An FP8 alarm (overflow fraction or scale drift over its threshold) with Action::Throw.
-class Fp8AlarmError : public Error {
+class Fp8AlarmError : public ReportError {
  public:
-  Fp8AlarmError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}
-  const Report& report() const noexcept { return report_; }
-
- private:
-  Report report_;
+  using ReportError::ReportError;
 };
 
 // Ranks did not answer the exchange (died, left, or did not reach it within
-// RankOptions::max_wait_seconds) and no rank that answered saw inf/nan; what() is this rank's report.
-class RanksMissingError : public Error {
+// RankOptions::max_wait_seconds) and no rank that answered saw inf/nan.
+class RanksMissingError : public ReportError {
  public:
-  RanksMissingError(Report report, const std::string& text) : Error(text), report_(std::move(report)) {}
-  const Report& report() const noexcept { return report_; }
-
- private:
-  Report report_;
+  using ReportError::ReportError;
 };
 
 // abort_after_batch_num reached.

@@ -8,10 +8,10 @@
 #include <map>
 #include <optional>
 #include <ostream>
-#include <tuple>
 #include <vector>
 
 #include "cli/run_command.h"
+#include "ranks/rank_record.h"
 
 namespace sentinel {
 namespace cli {
@@ -45,13 +45,17 @@ std::string frame_text(const json& f) {
   return place + " " + (f.value("direction", std::string()) == "backward" ? "grad " : "") + f.value("op", std::string());
 }
 
-// (batch, received, op index, rank) of a report's detecting frame, as the ranks order events:
-// within a batch a rank that made its inf/nan comes before one that received it.
-std::tuple<int64_t, int, int64_t, int64_t> event_key(const json& report, int64_t rank) {
+// A report's detecting frame as the event the ranks exchange, so that the ranks' own order decides.
+RankEvent event_of(const json& report, int64_t rank) {
   const json& t = report["frames"].back();
   const json ranks = report.value("ranks", json::object());
-  const bool received = ranks.is_object() && ranks.value("role", std::string()) == "received";
-  return {t.value("batch_number", int64_t{0}), received ? 1 : 0, t.value("op_index", int64_t{0}), rank};
+  RankEvent e;
+  e.rank = rank;
+  e.batch_number = t.value("batch_number", int64_t{0});
+  e.direction = t.value("direction", std::string()) == "backward" ? Direction::Backward : Direction::Forward;
+  e.op_index = t.value("op_index", int64_t{0});
+  e.role = ranks.is_object() && ranks.value("role", std::string()) == "received" ? RankRole::Received : RankRole::Made;
+  return e;
 }
 
 }  // namespace
@@ -89,7 +93,7 @@ int summarize_ranks(const std::string& dir, std::ostream& out, std::ostream& err
   }
 
   // The first event, from the files themselves: every rank's own inf/nan report.
-  std::optional<std::tuple<int64_t, int, int64_t, int64_t>> first;
+  std::optional<RankEvent> first;
   const json* first_report = nullptr;
   int64_t world = 0;
   bool any_trip = false;
@@ -99,9 +103,9 @@ int summarize_ranks(const std::string& dir, std::ostream& out, std::ostream& err
       const std::string kind = r.j.value("kind", std::string());
       any_trip = any_trip || kind == "nonfinite" || kind == "peer_nonfinite" || kind == "ranks_missing";
       if (kind != "nonfinite" || r.j["frames"].empty()) continue;
-      const auto key = event_key(r.j, rank);
-      if (!first || key < *first) {
-        first = key;
+      const RankEvent e = event_of(r.j, rank);
+      if (!first || ranks::earlier(e, *first)) {
+        first = e;
         first_report = &r.j;
       }
     }
@@ -109,12 +113,9 @@ int summarize_ranks(const std::string& dir, std::ostream& out, std::ostream& err
   out << "sentinel ranks " << dir << ": reports of " << by_rank.size() << " rank(s)"
       << (world > 0 ? " of a world of " + std::to_string(world) : std::string()) << "\n";
   if (first) {
-    const json& ranks = (*first_report)["ranks"];
-    const std::string role = ranks.is_object() ? ranks.value("role", std::string("made")) : std::string("made");
-    out << "First to see inf/nan: rank " << std::get<3>(*first) << ", batch " << std::get<0>(*first) << ", "
-        << (*first_report)["frames"].back().value("direction", std::string("forward")) << " op "
-        << std::get<2>(*first) << ": "
-        << frame_text((*first_report)["frames"].back()) << " (" << role << " there)\n"
+    out << "First to see inf/nan: rank " << first->rank << ", batch " << first->batch_number << ", "
+        << to_string(first->direction) << " op " << first->op_index << ": "
+        << frame_text((*first_report)["frames"].back()) << " (" << to_string(first->role) << " there)\n"
         << "  " << first_report->value("origin", std::string()) << "\n";
   } else if (any_trip) {
     out << "No rank's own inf/nan report is here (its files are missing or it did not answer).\n";

@@ -14,6 +14,9 @@ packages=(
   nlohmann-json3-dev
   libcli11-dev
   libgloo-dev             # c10d's ProcessGroupGloo headers: the multi-rank example and tests
+  libyaml-cpp-dev         # YAML configs (Options::from_yaml)
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files
+  python3-protobuf python3-crc32c    # the tests' independent reader of TensorBoard files
   python3-torch python3-torchvision  # test fixtures: TorchScript models scripted at test time
 )
 

@@ -57,6 +57,65 @@ class Fp8Options {
   SENTINEL_OPTION_OF(Fp8Options, Action, alarm_action, Action::Warn);
 };
 
+// The statistics menu of TransformerEngine's debug tools (collect_tensor_stats, and
+// collect_fp8_tensor_stats for the last two), taken in the same read as the frame statistics.
+enum class Stat : uint8_t {
+  Min,           // smallest value (NaN if any element is NaN, as torch.min)
+  Max,           // largest value (likewise)
+  Mean,          // over every element: an inf or NaN makes it inf or NaN, as torch.mean
+  Std,           // unbiased (n - 1), as torch.std
+  L1Norm,        // sum |x|
+  L2Norm,        // sqrt(sum x^2)
+  CurAmax,       // max |x| of this step
+  DynamicRange,  // log2(max |x| / smallest non-zero |x|); 0 when no element is non-zero
+  Underflows,    // % of elements the FP8 cast under the slot's delayed scale flushes to zero
+  Overflows,     // % of elements it saturates (both need the FP8 probe: Options::fp8)
+};
+// The name used in configs and logs ("min", "l1_norm", "cur_amax", "underflows", ...).
+const char* stat_name(Stat stat);
+// The Stat of a name; false when there is none.
+bool parse_stat(const std::string& name, Stat& stat);
+
+// One collection of statistics: which layers' GEMM tensors, which statistics, which steps
+// (a step is a batch). The watchdog aggregates every use of a (layer, tensor) slot within a step
+// and hands one record per layer, tensor, statistic and step to the loggers.
+class StatsCollection {
+  // The section's name, shown in the debug log.
+  SENTINEL_OPTION_OF(StatsCollection, std::string, name, "stats");
+  // ECMAScript regex matched against the whole module path (a config's layer_numbers and
+  // layer_types compile to one).
+  SENTINEL_OPTION_OF(StatsCollection, std::string, layers, ".*");
+  SENTINEL_OPTION_OF(StatsCollection, std::vector<Stat>, stats, {});
+  SENTINEL_OPTION_OF(StatsCollection, std::vector<fp8::Role>, tensors,
+                     {fp8::Role::Activation, fp8::Role::Gradient, fp8::Role::Weight});
+  // Steps start_step, start_step + freq, ... up to end_step inclusive (-1: no end).
+  SENTINEL_OPTION_OF(StatsCollection, int64_t, freq, 1);
+  SENTINEL_OPTION_OF(StatsCollection, int64_t, start_step, 0);
+  SENTINEL_OPTION_OF(StatsCollection, int64_t, end_step, -1);
+  // Where it was configured ("config.yaml:12"), named in messages about it.
+  SENTINEL_OPTION_OF(StatsCollection, std::string, source, {});
+};
+
+// Tensor dumps (Megatron's --save-tensor): files torch.load opens.
+class DumpOptions {
+  // The GEMM inputs, outputs, incoming gradients and weights of the selected layers, on the
+  // selected steps, as <dir>/<layer>.<role>.step<N>.pt.
+  SENTINEL_OPTION_OF(DumpOptions, bool, enabled, false);
+  // Default: <log_dir>/saved_tensors, else ./saved_tensors.
+  SENTINEL_OPTION_OF(DumpOptions, std::string, dir, {});
+  SENTINEL_OPTION_OF(DumpOptions, std::string, layers, ".*");
+  SENTINEL_OPTION_OF(DumpOptions, int64_t, freq, 1);
+  SENTINEL_OPTION_OF(DumpOptions, int64_t, start_step, 0);
+  SENTINEL_OPTION_OF(DumpOptions, int64_t, end_step, -1);
+  // Dumps stop (said once) when they would pass this many bytes in all.
+  SENTINEL_OPTION_OF(DumpOptions, int64_t, max_bytes, int64_t{1} << 30);
+  // At detection, the op that made the inf/nan: its arguments and results go to
+  // <report files>/dump/, which `sentinel replay` re-runs. Needs report_dir.
+  SENTINEL_OPTION_OF(DumpOptions, bool, on_detection, true);
+};
+
+class StatsLogger;  // sentinel/loggers.h
+
 // How the ranks talk (opaque): sentinel/ranks.h makes one from a c10d store or process group.
 class RankChannel;
 
@@ -108,8 +167,34 @@ class Options {
   // false: CUDA tensors are skipped and labelled "not on cpu", as on a build without CUDA.
   SENTINEL_OPTION(bool, watch_cuda, true);
   SENTINEL_OPTION(RankOptions, ranks, RankOptions());
+  // Statistics of selected layers, step by step, to the loggers (docs/config.md).
+  SENTINEL_OPTION(std::vector<StatsCollection>, stats_collections, {});
+  // Where the loggers write: <log_dir>/debug_logs/, <log_dir>/debug_statistics_logs/ and
+  // <log_dir>/tensorboard/. Empty: only the custom loggers get the statistics.
+  SENTINEL_OPTION(std::string, log_dir, {});
+  // The loggers that write under log_dir: any of "file", "jsonl", "tensorboard".
+  SENTINEL_OPTION(std::vector<std::string>, loggers, {"file"});
+  SENTINEL_OPTION(DumpOptions, dumps, DumpOptions());
+  // Path of the config the options came from (from_yaml), named in the debug log, and what in it
+  // is accepted but not applied (TransformerEngine features that change how it trains).
+  SENTINEL_OPTION(std::string, config_path, {});
+  SENTINEL_OPTION(std::vector<std::string>, config_notes, {});
 
  public:
+  // A logger of the user's own, given every step's statistics records (sentinel/loggers.h).
+  Options& add_logger(std::shared_ptr<StatsLogger> logger) {
+    custom_loggers_.push_back(std::move(logger));
+    return *this;
+  }
+  const std::vector<std::shared_ptr<StatsLogger>>& custom_loggers() const noexcept { return custom_loggers_; }
+
+  // Options from a YAML config in the layout of TransformerEngine's debug tools, with the
+  // watchdog's own options under the key `sentinel:` (docs/config.md). Throws
+  // sentinel::OptionError naming the file, the line and what was expected.
+  static Options from_yaml(const std::string& path);
+  // From the config named by $SENTINEL_CONFIG when it is set, else the defaults.
+  static Options from_config();
+
   // Sets the callback and Action::Callback.
   Options& callback(std::function<void(const Report&)> fn) {
     callback_ = std::move(fn);
@@ -130,6 +215,7 @@ class Options {
  private:
   std::function<void(const Report&)> callback_;
   std::ostream* output_ = nullptr;
+  std::vector<std::shared_ptr<StatsLogger>> custom_loggers_;
 };
 
 #undef SENTINEL_OPTION

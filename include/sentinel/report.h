@@ -146,6 +146,9 @@ struct Report {
   // had run: the stacks above are then empty, as the op's own are gone. Options::device_sync_each_op
   // stops at the op itself, with its stacks.
   bool deferred = false;
+  // DumpOptions::on_detection: the directory holding the arguments and results of the op that
+  // made the inf/nan (`sentinel replay DIR` re-runs it); empty when none was saved.
+  std::string dump_dir;
 
   // "nonfinite" (frames and origin), "fp8_alarm" (alarms; frames may be empty), "peer_nonfinite"
   // (another rank saw inf/nan, this one did not: its last frames) or "ranks_missing" (ranks did not

@@ -10,6 +10,7 @@
 //   for (...) { auto step = watch.batch(); auto y = model->forward(x); ...; step.finish(); }
 //
 // Detaching is destroying the object: its RecordFunction callback is removed.
+#include <sentinel/loggers.h>
 #include <sentinel/options.h>
 #include <sentinel/report.h>
 
@@ -82,6 +83,8 @@ class Watchdog {
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.
   DeviceCounters device_counters() const;
+  // The statistics collections' records of the last closed step (Options::stats_collections).
+  std::vector<StatRecord> collected_stats() const;
   // FP8 metrics of the last closed step, one per slot (Options::fp8 enabled).
   std::vector<Fp8SlotMetrics> fp8_metrics() const;
   // The most recent report, if any inf/nan was detected.

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <ATen/core/ivalue.h>
+#include <c10/util/ArrayRef.h>
+
 #include "capture/session.h"
 #include "core/frame_record.h"
 
@@ -47,6 +50,17 @@ struct ThreadState {
   Session* open_backward_owner = nullptr;
   int backward_node_op_depth = 0;  // op depth when the node started: its own ops are at this depth
   core::FrameRecord open_backward_frame;
+
+  // The outermost op in flight, for a dump of its arguments should its frame trip. The arguments
+  // are held from its start: RecordFunction's view of them does not outlive the start callback
+  // of an unboxed call. Cleared at its end (the vector keeps its capacity: no allocation per op).
+  struct EndingOp {
+    const core::FrameRecord* frame = nullptr;  // set while its end callback runs
+    std::string op, overload;
+    std::vector<c10::IValue> inputs;
+    c10::ArrayRef<c10::IValue> outputs;
+    bool in_place = false;
+  } ending_op;
 
   Session* active() const { return explicit_batch ? explicit_batch : auto_batch; }
 };

@@ -3,7 +3,10 @@
 //   sentinel demo [fp8] [--report-dir D]
 //   sentinel run --model M.pt --inputs B.pt [--max-frames N] [--trace-batches 1,3]
 //                [--abort-after N] [--report-dir D] [--warn]
+//                [--config C.yaml] [--log-dir D] [--loggers file,jsonl,tensorboard]
+//                [--log-tensor-name-pattern P] [--log-tensor-interval N] [--save-tensor] [--save-tensor-dir D]
 //   sentinel ranks DIR             # summary of the per-rank reports of a run of many ranks
+//   sentinel replay DUMP           # re-run the op saved at detection (exit 3: inf/nan again)
 // Exit codes: 0 clean, 1 internal error, 2 usage error, 3 inf/nan detected, 4 bad input files.
 #include <sentinel/errors.h>
 #include <sentinel/version.h>
@@ -14,11 +17,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "cli/demo_model.h"
 #include "cli/fp8_demo.h"
 #include "cli/ranks_command.h"
+#include "cli/replay_command.h"
 #include "cli/run_command.h"
 
 namespace {
@@ -49,21 +54,70 @@ struct CommonFlags {
   int64_t abort_after = -1;
   std::string report_dir;
   bool warn = false;
+  std::string config, log_dir, loggers, tensor_pattern, save_dir;
+  int64_t tensor_interval = 1;
+  bool save_tensor = false;
+  std::vector<CLI::Option*> given;  // flags that override the config: only when given
+  CLI::Option *max_frames_opt, *trace_opt, *abort_opt, *report_opt, *interval_opt;
 
   void add_to(CLI::App* app) {
-    app->add_option("--max-frames", max_frames, "frames shown in a report (HF's max_frames_to_save)")
-        ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
-    app->add_option("--trace-batches", trace_batches, "batches to trace frame by frame, e.g. 1,3 (0-indexed)")
-        ->delimiter(',')
-        ->check(kBatchNumber);
-    app->add_option("--abort-after", abort_after, "stop after this batch (0-indexed)")->check(kBatchNumber);
-    app->add_option("--report-dir", report_dir, "write the report as .txt and .json into this directory");
+    max_frames_opt = app->add_option("--max-frames", max_frames, "frames shown in a report (HF's max_frames_to_save)")
+                         ->check(CLI::Range(int64_t{1}, int64_t{1000000}));
+    trace_opt = app->add_option("--trace-batches", trace_batches, "batches to trace frame by frame, e.g. 1,3 (0-indexed)")
+                    ->delimiter(',')
+                    ->check(kBatchNumber);
+    abort_opt = app->add_option("--abort-after", abort_after, "stop after this batch (0-indexed)")->check(kBatchNumber);
+    report_opt = app->add_option("--report-dir", report_dir, "write the report as .txt and .json into this directory");
     app->add_flag("--warn", warn, "report inf/nan and keep running instead of stopping");
+    app->add_option("--config", config,
+                    "YAML config (docs/config.md); default: $SENTINEL_CONFIG. Flags given here override it");
+    app->add_option("--log-dir", log_dir, "where the statistics loggers write (debug_logs/, debug_statistics_logs/, tensorboard/)");
+    app->add_option("--loggers", loggers, "comma-separated: file, jsonl, tensorboard (default: file)");
+    app->add_option("--log-tensor-name-pattern", tensor_pattern,
+                    "regex searched in module paths: FP8 metrics and statistics of those layers' GEMM tensors");
+    interval_opt = app->add_option("--log-tensor-interval", tensor_interval, "every N steps (batches)")
+                       ->check(CLI::Range(int64_t{1}, int64_t{1000000000}));
+    app->add_flag("--save-tensor", save_tensor, "save the selected layers' GEMM tensors (torch.load opens them)");
+    app->add_option("--save-tensor-dir", save_dir, "where --save-tensor writes (default: <log-dir>/saved_tensors)");
   }
   sentinel::Options options() const {
-    auto o = sentinel::Options().max_frames_to_save(max_frames).trace_batch_nums(trace_batches).report_dir(report_dir);
+    auto o = config.empty() ? sentinel::Options::from_config() : sentinel::Options::from_yaml(config);
+    if (max_frames_opt->count()) o.max_frames_to_save(max_frames);
+    if (trace_opt->count()) o.trace_batch_nums(trace_batches);
+    if (report_opt->count()) o.report_dir(report_dir);
     if (abort_after >= 0) o.abort_after_batch_num(abort_after);
     if (warn) o.action(sentinel::Action::Warn);
+    if (!log_dir.empty()) o.log_dir(log_dir);
+    if (!loggers.empty()) {
+      std::vector<std::string> names;
+      std::stringstream list(loggers);
+      for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+      o.loggers(names);
+    }
+    if (!tensor_pattern.empty()) {
+      // Megatron's hooks search the pattern in the module name; the watchdog matches whole paths.
+      const std::string layers = ".*(?:" + tensor_pattern + ").*";
+      auto fp8 = o.fp8();
+      fp8.enabled(true).layers(layers).freq(tensor_interval);
+      o.fp8(fp8);
+      auto collections = o.stats_collections();
+      collections.push_back(sentinel::StatsCollection()
+                                .name("--log-tensor-name-pattern")
+                                .layers(layers)
+                                .stats({sentinel::Stat::Min, sentinel::Stat::Max, sentinel::Stat::CurAmax,
+                                        sentinel::Stat::Underflows, sentinel::Stat::Overflows})
+                                .freq(tensor_interval)
+                                .source("--log-tensor-name-pattern"));
+      o.stats_collections(collections);
+    }
+    if (save_tensor || !save_dir.empty()) {
+      auto dumps = o.dumps();
+      dumps.enabled(true);
+      if (!save_dir.empty()) dumps.dir(save_dir);
+      if (!tensor_pattern.empty()) dumps.layers(".*(?:" + tensor_pattern + ").*");
+      if (interval_opt->count()) dumps.freq(tensor_interval);
+      o.dumps(dumps);
+    }
     return o;
   }
 };
@@ -88,6 +142,10 @@ int main(int argc, char** argv) {
   demo->add_option("name", demo_name, "overflow (default): inf in a T5 feed-forward; fp8: delayed-scaling drift")
       ->check(CLI::IsMember({"overflow", "fp8"}));
 
+  std::string replay_dir;
+  auto* replay = app.add_subcommand("replay", "re-run the op saved beside a report (DIR: sentinel_batch<N>_dump): exit 3 if it makes inf/nan again");
+  replay->add_option("dir", replay_dir, "the dump directory")->required();
+
   std::string ranks_dir;
   auto* ranks = app.add_subcommand("ranks", "summarize the reports of a run of many ranks (DIR/rank<R>/): exit 3 if any rank tripped");
   ranks->add_option("dir", ranks_dir, "the run's report directory")->required();
@@ -105,6 +163,7 @@ int main(int argc, char** argv) {
 
   try {
     if (ranks->parsed()) return sentinel::cli::summarize_ranks(ranks_dir, std::cout, std::cerr);
+    if (replay->parsed()) return sentinel::cli::replay_dump(replay_dir, std::cout);
     if (run->parsed()) {
       auto options = run_flags.options();
       options.validate();

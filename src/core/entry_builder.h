@@ -36,13 +36,6 @@ inline EntryRecord tensor_entry(StatsCache& cache, const at::Tensor& t, Role rol
 }
 
 // A GEMM operand of a selected layer: statistics and FP8 cast in one read.
-inline EntryRecord probe_entry(Fp8Monitor& fp8, const at::Tensor& t, uint32_t place, fp8::Role slot_role,
-                               int64_t step, const PlaceTable& places, Role role, int index) {
-  EntryRecord e = make_entry(role, index, -1);
-  set_readability(e, t, fp8.probe(t, place, slot_role, step, places, e.stats));
-  return e;
-}
-
 inline EntryRecord plain_entry(EntryState state, Role role, int index, int sub) {
   EntryRecord e = make_entry(role, index, sub);
   e.state = state;

@@ -2,6 +2,8 @@
 
 #include <sentinel/errors.h>
 
+#include "core/gemm_ops.h"
+
 #include <ATen/core/Tensor.h>
 
 #include <cmath>
@@ -11,18 +13,6 @@ namespace sentinel {
 namespace core {
 
 namespace {
-
-// The arguments that are the GEMM's operands: addmm/baddbmm(bias, a, b); the others (a, b, ...).
-int8_t gemm_operands(const std::string& name) {
-  if (name == "aten::addmm" || name == "aten::baddbmm") return 0b110;
-  static const char* const kGemms[] = {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::conv1d",
-                                       "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution",
-                                       "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"};
-  for (const char* g : kGemms) {
-    if (name == g) return 0b011;
-  }
-  return 0;
-}
 
 std::string percent(double fraction) {
   char buf[32];
@@ -84,11 +74,13 @@ void add_to_slot(double& amax, int64_t& uses, stats::Fp8ProbeResult& sums, const
 }  // namespace
 
 stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step,
-                                     const PlaceTable& places, TensorStats& out) {
+                                     const PlaceTable& places, TensorStats& out,
+                                     stats::MomentsAccumulator* moments) {
   Slot& slot = slot_for(place, role, step, places);
   stats::Fp8ProbeResult result;
   stats::Readability readability = stats::Readability::Read;
-  if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result, &readability)) {
+  if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result, &readability,
+                                     moments)) {
     return readability;  // not a floating tensor the cast applies to: statistics only
   }
   add_to_slot(slot.amax, slot.uses, slot.sums, out, result);

@@ -33,8 +33,9 @@ class Fp8Monitor {
   // bit i for argument i; 0 for none. Only a GEMM's two operands (addmm's bias is not one).
   uint32_t wants(int64_t step, uint32_t op, const std::string& op_name, uint32_t place, const PlaceTable& places);
   // Reads `t` once: its statistics, and its cast under the slot's delayed scale.
+  // `moments` (optional) adds the statistics menu from the same read.
   stats::Readability probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places,
-                           TensorStats& out);
+                           TensorStats& out, stats::MomentsAccumulator* moments = nullptr);
   // The same in two halves, for a tensor read elsewhere (a device) and counted later: the cast's
   // parameters for the slot's delayed scale, then the slot's share of the result.
   struct Target {

@@ -63,9 +63,11 @@ void ModelIndex::index_cpp() {
   by_storage_.clear();
   storage_users_.clear();
   cpp_module_places_.clear();
+  module_paths_.clear();
   for (const auto& item : cpp_model_->named_modules("", /*include_self=*/true)) {
     const auto& module = item.value();
     uint32_t place = places_.intern(item.key(), short_class_name(module->name()));
+    module_paths_.push_back(item.key());
     cpp_module_places_[module.get()] = place;
     if (item.key().empty()) root_place_ = place;
     for (const auto& p : module->named_parameters(/*recurse=*/false)) add_param(p.value(), place, p.key());
@@ -74,8 +76,10 @@ void ModelIndex::index_cpp() {
 
 void ModelIndex::index_torchscript() {
   root_place_ = places_.intern("", jit_class(*jit_model_));
+  module_paths_.clear();
   for (const auto& item : jit_model_->named_modules()) {
     uint32_t place = places_.intern(item.name, jit_class(item.value));
+    module_paths_.push_back(item.name);
     for (const auto& p : item.value.named_parameters(/*recurse=*/false)) add_param(p.value, place, p.name);
   }
 }

@@ -47,6 +47,8 @@ class ModelIndex {
   // Every parameter with its owner and name, in named_modules() order.
   const std::vector<std::pair<at::Tensor, ParamRef>>& params() const { return params_; }
   uint32_t root_place() const { return root_place_; }
+  // Every module's path, in named_modules() order (the root's is "").
+  const std::vector<std::string>& module_paths() const { return module_paths_; }
   std::optional<uint32_t> module_place(const torch::nn::Module* m) const;
   // Raw TorchScript hierarchy (entries "name(Class)::method", root first) -> place.
   uint32_t place_for_hierarchy(const std::vector<std::string>& raw);
@@ -62,6 +64,7 @@ class ModelIndex {
   PlaceTable& places_;
   uint32_t root_place_ = 0;
   std::vector<std::pair<at::Tensor, ParamRef>> params_;
+  std::vector<std::string> module_paths_;
   std::unordered_map<const void*, ParamRef> by_impl_;
   std::unordered_map<const void*, ParamRef> by_storage_;
   std::unordered_map<const void*, int> storage_users_;

@@ -2,9 +2,34 @@
 #include <sentinel/options.h>
 
 #include <iostream>
+#include <iterator>
 #include <string>
 
 namespace sentinel {
+
+namespace {
+
+constexpr const char* kStatNames[] = {"min",     "max",      "mean",          "std",        "l1_norm",
+                                      "l2_norm", "cur_amax", "dynamic_range", "underflows", "overflows"};
+
+static_assert(std::size(kStatNames) == static_cast<size_t>(Stat::Overflows) + 1, "a name for every Stat, in order");
+
+}  // namespace
+
+const char* stat_name(Stat stat) {
+  const auto i = static_cast<size_t>(stat);
+  return i < std::size(kStatNames) ? kStatNames[i] : "unknown";
+}
+
+bool parse_stat(const std::string& name, Stat& stat) {
+  for (size_t i = 0; i < std::size(kStatNames); ++i) {
+    if (name == kStatNames[i]) {
+      stat = static_cast<Stat>(i);
+      return true;
+    }
+  }
+  return false;
+}
 
 std::ostream& Options::output() const { return output_ ? *output_ : std::cout; }
 
@@ -49,6 +74,11 @@ void Options::validate() const {
   if (!(ranks_.max_wait_seconds() >= ranks_.timeout_seconds() && ranks_.max_wait_seconds() <= 86400)) {
     throw OptionError("sentinel: ranks max_wait_seconds must be in [timeout_seconds, 86400], got " +
                       std::to_string(ranks_.max_wait_seconds()));
+  }
+  for (const auto& name : loggers_) {
+    if (name != "file" && name != "jsonl" && name != "tensorboard") {
+      throw OptionError("sentinel: unknown logger '" + name + "' (expected file, jsonl or tensorboard)");
+    }
   }
   if ((action_ == Action::Callback || (fp8_.enabled() && fp8_.alarm_action() == Action::Callback)) && !callback_) {
     throw OptionError("sentinel: Action::Callback needs a callback (set it with Options::callback(fn))");

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iostream>
 
+#include <fmt/format.h>
+
 #include "core/watchdog_impl.h"
 #include "report/report_files.h"
 #include "report/stack_trace.h"
@@ -22,7 +24,9 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       index(std::move(model_index)),
       ring(static_cast<size_t>(opts.max_frames_to_save())),
       batches(opts.trace_batch_nums(), opts.abort_after_batch_num()),
-      fp8(opts.fp8()),
+      fp8(collect::fp8_options_for(opts)),
+      collector(opts.stats_collections()),
+      dumper(opts.dumps(), opts.log_dir()),
       ranks(std::make_unique<ranks::RankSession>(opts.ranks())),
       files_dir(ranks->files_dir(opts.report_dir())) {
   // A non-owning handle: threads hold weak copies that expire when this resets.
@@ -31,7 +35,28 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
   capture::acquire_callback();
 }
 
+void Watchdog::Impl::attach_collections() {
+  const auto& modules = index->module_paths();
+  collector.check_layers(modules);
+  if (!collector.enabled() && opts.custom_loggers().empty() && !dumper.enabled()) return;
+  std::vector<std::string> lines = collector.describe(modules);
+  if (dumper.enabled()) {
+    lines.push_back(fmt::format("save_tensor: layers '{}' freq {} start_step {} end_step {} into {} (max_bytes {})",
+                                opts.dumps().layers(), opts.dumps().freq(), opts.dumps().start_step(),
+                                opts.dumps().end_step(), dumper.dir(), opts.dumps().max_bytes()));
+  }
+  const auto& id = ranks->identity();
+  loggers = std::make_unique<loggers::LoggerSet>(opts, id.rank, id.world_size, lines);
+}
+
 Watchdog::Impl::~Impl() {
+  {
+    // The last step's statistics (a training step whose next batch never came) are not lost.
+    std::unique_lock<std::mutex> lock(mutex);
+    close_fp8_step_locked();
+    pending_alarm.reset();
+    if (loggers) loggers->flush(opts.output());
+  }
   capture::release_callback();
   // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
   ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
@@ -133,20 +158,27 @@ void Watchdog::Impl::end_explicit_batch(bool unwinding) {
 }
 
 void Watchdog::Impl::close_fp8_step_locked() {
-  if (!fp8.enabled() || !fp8.step_open()) return;
-  std::vector<Fp8Alarm> alarms;
-  last_fp8_metrics = fp8.end_step(alarms);
-  if (!files_dir.empty()) {
-    std::string error = report::append_fp8_metrics(files_dir, last_fp8_metrics);
-    if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
+  std::vector<Fp8SlotMetrics> step_metrics;  // of this step only (last_fp8_metrics may be older)
+  if (fp8.enabled() && fp8.step_open()) {
+    std::vector<Fp8Alarm> alarms;
+    last_fp8_metrics = step_metrics = fp8.end_step(alarms);
+    if (!files_dir.empty()) {
+      std::string error = report::append_fp8_metrics(files_dir, last_fp8_metrics);
+      if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
+    }
+    if (!alarms.empty() && !pending_alarm) {
+      Report r;
+      r.kind = "fp8_alarm";
+      r.batch_number = alarms.front().metrics.step;
+      r.fp8_alarms = std::move(alarms);
+      r.fp8_metrics = last_fp8_metrics;
+      pending_alarm = std::move(r);
+    }
   }
-  if (alarms.empty() || pending_alarm) return;
-  Report r;
-  r.kind = "fp8_alarm";
-  r.batch_number = alarms.front().metrics.step;
-  r.fp8_alarms = std::move(alarms);
-  r.fp8_metrics = last_fp8_metrics;
-  pending_alarm = std::move(r);
+  if (collector.step_open()) {
+    last_stats = collector.end_step(step_metrics, places);
+    if (loggers) loggers->log(last_stats, opts.output());
+  }
 }
 
 void Watchdog::Impl::deliver_fp8_alarm() {
@@ -213,9 +245,10 @@ void Watchdog::Impl::throw_pending() {
 }
 
 // Called with the lock held and the detecting frame just pushed.
-void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock) {
+void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const core::FrameRecord* f) {
   Report report = build_report();
   report.fp8_metrics = last_fp8_metrics;
+  if (f) report.dump_dir = dump_tripping_op(*f, report.batch_number);
   // Only now, at detection, is the cost of walking the stacks paid.
   report.deferred = detecting_late;
   if (!detecting_late) {
@@ -272,6 +305,7 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
   report::prepare_report_dir(impl->files_dir);
   impl->index =
       std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
+  impl->attach_collections();
   impl_ = std::move(impl);
 }
 
@@ -280,6 +314,7 @@ Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
   report::prepare_report_dir(impl->files_dir);
   impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
+  impl->attach_collections();
   impl_ = std::move(impl);
 }
 
@@ -309,6 +344,11 @@ void Watchdog::backward(const at::Tensor& loss) {
 HeadroomSummary Watchdog::headroom() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->headroom_summary;
+}
+
+std::vector<StatRecord> Watchdog::collected_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->last_stats;
 }
 
 std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {

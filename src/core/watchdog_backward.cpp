@@ -10,6 +10,7 @@
 
 #include "core/entry_builder.h"
 #include "core/uninitialized_ops.h"
+#include "core/gemm_ops.h"
 #include "core/watchdog_impl.h"
 
 namespace sentinel {
@@ -45,16 +46,18 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   }
   const auto inputs = fn.inputs();  // the incoming gradients
   // The backward of a GEMM multiplies by its incoming gradient: FP8's gradient slot (E5M2 in HYBRID).
-  // Composite ops (aten::linear, aten::matmul) share their sequence number with the first node
-  // made inside them (the TBackward0 of weight.t()): only a GEMM's own node holds the gradient.
-  const bool probe_fp8 = fp8.enabled() && f.forward_op != 0 &&
-                         (std::strstr(fn.name(), "mmBackward") || std::strstr(fn.name(), "ConvolutionBackward")) &&
-                         fp8.wants(f.batch_number, f.forward_op, strings.at(f.forward_op), f.place, places) != 0;
+  const bool gemm_node = f.forward_op != 0 && core::is_gemm_backward_node(fn.name());
+  const bool probe_fp8 =
+      gemm_node && fp8.enabled() && fp8.wants(f.batch_number, f.forward_op, strings.at(f.forward_op), f.place, places) != 0;
+  const bool operand = gemm_node && gemm_mask(f.forward_op) != 0;
+  const bool collect = operand && collector.wants(f.batch_number, f.place, fp8::Role::Gradient, places);
+  const bool dump = operand && dumper.enabled() && dumper.wants(f.batch_number, places.path(f.place));
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor()) continue;
     const at::Tensor& g = inputs[i].toTensor();
-    const fp8::Role gradient = fp8::Role::Gradient;
-    f.add(read_entry(f, g, Role::Input, static_cast<int>(i), -1, false, probe_fp8 ? &gradient : nullptr));
+    GemmOperand gemm{fp8::Role::Gradient, probe_fp8 && g.defined(), collect && g.defined()};
+    f.add(read_entry(f, g, Role::Input, static_cast<int>(i), -1, false, gemm.probe || gemm.collect ? &gemm : nullptr));
+    if (dump) dumper.save(g, places.path(f.place), "gradient", f.batch_number, opts.output());
   }
   backward_in_batch = true;
   backward_ran_in_batch = true;

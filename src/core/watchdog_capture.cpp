@@ -7,7 +7,12 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <fmt/format.h>
+
+#include <filesystem>
+
 #include "core/entry_builder.h"
+#include "core/gemm_ops.h"
 #include "core/uninitialized_ops.h"
 #include "core/watchdog_impl.h"
 #include "stats/tensor_stats.h"
@@ -68,16 +73,28 @@ const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t nam
   return info;
 }
 
+uint32_t Watchdog::Impl::gemm_mask(uint32_t op) {
+  if (op >= gemm_by_op.size()) gemm_by_op.resize(op + 1, -1);
+  if (gemm_by_op[op] < 0) gemm_by_op[op] = core::gemm_operands(strings.at(op));
+  return static_cast<uint32_t>(gemm_by_op[op]);
+}
+
 void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
-                               const core::ParamRef* param) {
+                               bool gemm_operand, const core::ParamRef* param) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     const Role role = param ? Role::Param : Role::Input;
-    const fp8::Role slot_role = param ? fp8::Role::Weight : fp8::Role::Activation;
-    EntryRecord e = read_entry(f, t, role, position, -1, opts.headroom() && !(probe_fp8 && t.defined()),
-                               probe_fp8 ? &slot_role : nullptr);
+    GemmOperand gemm{param ? fp8::Role::Weight : fp8::Role::Activation};
+    gemm.probe = probe_fp8 && t.defined();
+    gemm.collect = gemm_operand && t.defined() && collector.wants(f.batch_number, f.place, gemm.role, places);
+    const bool read_as_operand = gemm.probe || gemm.collect;
+    EntryRecord e = read_entry(f, t, role, position, -1, opts.headroom() && !read_as_operand,
+                               read_as_operand ? &gemm : nullptr);
     if (param) e.param_name = param->name;
     f.add(e);
+    if (gemm_operand && dumper.wants(f.batch_number, places.path(f.place))) {
+      dumper.save(t, places.path(f.place), fp8::role_name(gemm.role), f.batch_number, opts.output());
+    }
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
     for (size_t j = 0; j < list.size(); ++j) {
@@ -191,6 +208,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, f.op, strings.at(f.op), f.place, places) : 0;
+  const uint32_t gemm_operands = (collector.enabled() || dumper.enabled()) ? gemm_mask(f.op) : 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       core::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
@@ -200,7 +218,13 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
       continue;
     }
     add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
-              params[i]);
+              i < 32 && ((gemm_operands >> i) & 1), params[i]);
+  }
+
+  if (dumps_on_trip()) {
+    auto& held = ts.ending_op.inputs;
+    held.clear();
+    held.insert(held.end(), inputs.begin(), inputs.end());
   }
 
   // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
@@ -224,8 +248,47 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
   add_outputs(f, outputs, any_tensor);
   // Ops that return no tensor (size queries and the like) compute nothing to watch; an op that
   // threw has no outputs either.
-  if (!any_tensor) return;
+  if (!any_tensor) {
+    ts.ending_op.inputs.clear();
+    return;
+  }
+  if (dumper.enabled() && gemm_mask(f.op) != 0 && outputs.size() == 1 && outputs[0].isTensor() &&
+      dumper.wants(f.batch_number, places.path(f.place))) {
+    dumper.save(outputs[0].toTensor(), places.path(f.place), "output", f.batch_number, opts.output());
+  }
+  // Should this op's frame trip, its arguments (held since its start) and results can be saved.
+  auto& ending = ts.ending_op;
+  if (dumps_on_trip()) {
+    const OpInfo& info = op_infos[f.op_key];
+    ending.frame = &f;
+    ending.outputs = outputs;
+    ending.in_place = info.overwritten_args != 0 || (fn.operator_name() && !fn.operator_name()->name.empty() &&
+                                                     fn.operator_name()->name.back() == '_');
+    if (auto name = fn.operator_name()) {
+      ending.op = name->name;
+      ending.overload = name->overload_name;
+    } else {
+      ending.op = fn.name();
+      ending.overload.clear();
+    }
+  }
   finish_frame(f, lock);
+  ending.frame = nullptr;
+  ending.inputs.clear();  // the arguments' tensors are not kept alive past their op
+}
+
+std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {
+  auto& ending = capture::thread_state().ending_op;
+  if (ending.frame != &f || f.direction != static_cast<uint8_t>(Direction::Forward)) return "";
+  const std::string dir = (std::filesystem::path(files_dir) / fmt::format("sentinel_batch{}_dump", batch)).string();
+  dumps::OpDump op{ending.op, ending.overload, places.path(f.place), batch, ending.in_place};
+  const std::string error =
+      dumps::save_op_dump(dir, op, ending.inputs, std::vector<c10::IValue>(ending.outputs.begin(), ending.outputs.end()));
+  if (!error.empty()) {
+    opts.output() << "sentinel: the op's arguments were not saved: " << error << "\n" << std::flush;
+    return "";
+  }
+  return dir;
 }
 
 void Watchdog::Impl::note_headroom(const FrameRecord& f) {
@@ -270,7 +333,7 @@ void Watchdog::Impl::process_frame(FrameRecord& f, std::unique_lock<std::mutex>&
     opts.output() << render_frame_text(to_frame(f)) << std::flush;
     return;
   }
-  if (!f.finite() && reported_batch != f.batch_number) trip(lock);
+  if (!f.finite() && reported_batch != f.batch_number) trip(lock, &f);
 }
 
 }  // namespace sentinel

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/entry_builder.h"
+#include "stats/tensor_stats.h"
 #include "core/watchdog_impl.h"
 
 namespace sentinel {
@@ -39,14 +40,30 @@ device::StatsDevice* Watchdog::Impl::device_for(const at::Tensor& t) {
 }
 
 EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
-                                       bool headroom, const fp8::Role* fp8_role) {
+                                       bool headroom, const GemmOperand* gemm) {
   device::StatsDevice* dev = device_for(t);
   if (!dev) {
-    if (fp8_role && t.defined()) {
-      return core::probe_entry(fp8, t, f.place, *fp8_role, f.batch_number, places, role, index);
+    if (gemm && t.defined()) {
+      // One read: the statistics, the FP8 probe of the slot and the collections' menu.
+      EntryRecord e = core::make_entry(role, index, -1);
+      stats::MomentsAccumulator moments;
+      stats::MomentsAccumulator* menu = gemm->collect ? &moments : nullptr;
+      const stats::Readability r = gemm->probe
+                                       ? fp8.probe(t, f.place, gemm->role, f.batch_number, places, e.stats, menu)
+                                       : stats::compute_with_moments(t, e.stats, moments);
+      core::set_readability(e, t, r);
+      if (gemm->collect && moments.n > 0) collector.add(f.place, gemm->role, f.batch_number, moments);
+      return e;
     }
     return core::tensor_entry(stats_cache, t, role, index, sub, headroom);
   }
+  if (gemm && gemm->collect && !warned_device_collect) {
+    warned_device_collect = true;
+    opts.output() << "sentinel: statistics collections read CPU tensors only; " << t.device().str()
+                  << " tensors are left out of them\n"
+                  << std::flush;
+  }
+  const fp8::Role* fp8_role = gemm && gemm->probe ? &gemm->role : nullptr;
   EntryRecord e = core::make_entry(role, index, sub);
   stats::Readability r = dev->readability(t);
   if (r == stats::Readability::Read && dev->capturing()) r = stats::Readability::CapturedInGraph;

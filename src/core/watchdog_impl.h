@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "capture/session.h"
+#include "collect/stats_collector.h"
+#include "dumps/tensor_dumps.h"
+#include "loggers/stats_loggers.h"
 #include "capture/thread_state.h"
 #include "core/batch_state.h"
 #include "core/fp8_monitor.h"
@@ -45,6 +48,13 @@ struct OpInfo {
   int num_returns = -1;
 };
 
+// A GEMM operand read for the FP8 probe of its slot and/or a statistics collection, in one read.
+struct GemmOperand {
+  fp8::Role role;
+  bool probe = false;    // Options::fp8 selects its slot at this step
+  bool collect = false;  // a statistics collection does
+};
+
 struct Watchdog::Impl final : capture::Session {
   Impl(std::unique_ptr<core::ModelIndex> model_index, Options options);
   ~Impl() override;
@@ -66,8 +76,11 @@ struct Watchdog::Impl final : capture::Session {
   void end_explicit_batch(bool unwinding = false);
   void throw_pending();
   bool has_pending();
-  // Closes the open FP8 step (lock held): metrics, log, alarms into pending_alarm.
+  // Closes the open step (lock held): FP8 metrics, log, alarms into pending_alarm; the
+  // collections' statistics to the loggers.
   void close_fp8_step_locked();
+  // After the model is indexed: the collections' layers checked, the loggers opened.
+  void attach_collections();
   // Runs the action of a pending FP8 alarm; call without the lock.
   void deliver_fp8_alarm();
 
@@ -101,6 +114,12 @@ struct Watchdog::Impl final : capture::Session {
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
   std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
   HeadroomSummary headroom_summary;              // Options::headroom
+  collect::StatsCollector collector;             // Options::stats_collections
+  std::unique_ptr<loggers::LoggerSet> loggers;
+  std::vector<StatRecord> last_stats;            // of the last closed step
+  dumps::TensorDumper dumper;                    // Options::dumps
+  std::vector<int8_t> gemm_by_op;                // by op-name id: -1 unknown, else the operand mask
+  bool warned_device_collect = false;
   // Tensors on a device (CUDA) are read there; their frames wait in `deferred` for the numbers.
   std::unique_ptr<device::StatsDevice> device;   // made at the first such tensor
   bool device_tried = false;
@@ -127,12 +146,17 @@ struct Watchdog::Impl final : capture::Session {
  private:
   const OpInfo& op_info(const at::RecordFunction& fn, uint32_t name_id);
   void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
-                 const core::ParamRef* param);
+                 bool gemm_operand, const core::ParamRef* param);
   void add_outputs(core::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
   uint32_t scope_place(capture::ThreadState& ts);
   void begin_batch_locked(std::unique_lock<std::mutex>& lock);
   void end_batch_locked(std::unique_lock<std::mutex>& lock);
-  void trip(std::unique_lock<std::mutex>& lock);
+  // `f`: the frame that tripped, when known (its op's arguments may be dumped).
+  void trip(std::unique_lock<std::mutex>& lock, const core::FrameRecord* f = nullptr);
+  // Options::dumps.on_detection: the op now ending, if `f` is its frame; "" or the directory.
+  std::string dump_tripping_op(const core::FrameRecord& f, int64_t batch);
+  // DumpOptions::on_detection with somewhere to write: each op's arguments are held until its end.
+  bool dumps_on_trip() const { return opts.dumps().on_detection() && !files_dir.empty(); }
   // This rank's rank fields, and its first inf/nan as the other ranks will hear of it.
   void stamp_rank(Report& report);
   // Records the report, then runs the action: prints it, writes its files, calls back or makes
@@ -148,9 +172,12 @@ struct Watchdog::Impl final : capture::Session {
 
  public:
   // The entry of one tensor: read on its device (deferred) when one takes it, else on the CPU
-  // through the per-batch cache. `fp8_role` (optional) adds the FP8 probe of the frame's slot.
+  // through the per-batch cache. `gemm` (optional) adds the FP8 probe of the frame's slot and the
+  // statistics menu of the collections, from the same read.
   core::EntryRecord read_entry(core::FrameRecord& f, const at::Tensor& t, core::Role role, int index, int sub,
-                               bool headroom, const fp8::Role* fp8_role = nullptr);
+                               bool headroom, const GemmOperand* gemm = nullptr);
+  // The operand mask of a GEMM op (core::gemm_operands), cached by op-name id.
+  uint32_t gemm_mask(uint32_t op);
   // Reads back what the device holds and runs the waiting frames through process_frame, in
   // order; stops at a trip that stops the run. Leaves the lock held.
   // `last_is_current`: the last waiting frame is the op now ending (its stacks are still live).

@@ -113,6 +113,7 @@ std::string render_json(const Report& report) {
                    {"torchscript_stack", report.torchscript_stack},
                    {"deferred", report.deferred},
                    {"frames", frames}};
+  if (!report.dump_dir.empty()) j["dump_dir"] = report.dump_dir;
   return j.dump(2) + "\n";
 }
 

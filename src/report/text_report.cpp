@@ -100,6 +100,10 @@ std::string render_text(const Report& report) {
   }
   out += "\n" + report.origin + "\n";
   out += render_ranks_text(report);
+  if (!report.dump_dir.empty()) {
+    out += "The op's arguments and results are saved in " + report.dump_dir + " (sentinel replay " + report.dump_dir +
+           " re-runs it).\n";
+  }
   if (report.deferred) {
     out += "Found when the device's statistics were read back, after the op had run: no call stack.\n"
            "Options::device_sync_each_op(true) stops at the op itself, with its call stack.\n";

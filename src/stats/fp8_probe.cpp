@@ -227,7 +227,7 @@ void float_chunk(const float* p, int64_t n, float min_normal, const Fp8ProbePara
 // float64 keeps its statistics in double and probes a float copy, as the cast sees it.
 template <typename T>
 void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, TensorStats& stats,
-               Fp8ProbeResult& probe) {
+               Fp8ProbeResult& probe, MomentsAccumulator* moments) {
   float buffer[kChunk];
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t len = std::min(kChunk, n - start);
@@ -241,6 +241,13 @@ void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, T
         for (int64_t i = 0; i < len; ++i) acc.reduce(q[i * stride], std::numeric_limits<double>::infinity(), std::numeric_limits<double>::min());
       }
       acc.project(len, stats);
+      if (moments) {
+        if (stride == 1) {
+          moments->add_chunk(q, len);
+        } else {
+          for (int64_t i = 0; i < len; ++i) moments->add_chunk(q + i * stride, 1);
+        }
+      }
       AbsStatsAccumulator<float> narrowed(std::numeric_limits<float>::infinity());
       float_chunk(buffer, len, std::numeric_limits<float>::min(), c, narrowed, probe);
     } else {
@@ -254,6 +261,7 @@ void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, T
       AbsStatsAccumulator<float> acc(std::numeric_limits<float>::infinity());
       float_chunk(values, len, static_cast<float>(smallest_normal<T>()), c, acc, probe);
       acc.project(len, stats);
+      if (moments) moments->add_chunk(values, len);  // the chunk is still in cache
     }
   }
 }
@@ -281,7 +289,7 @@ float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& ov
 }
 
 bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
-                            Fp8ProbeResult& probe, Readability* readability) {
+                            Fp8ProbeResult& probe, Readability* readability, MomentsAccumulator* moments) {
   probe = Fp8ProbeResult{};
   const auto dtype = t.defined() ? t.scalar_type() : c10::kFloat;
   const bool floating = dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16;
@@ -295,17 +303,17 @@ bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format
   const Fp8ProbeParams c = cached_params(scale, format);
   switch (dtype) {
     case c10::kFloat:
-      for_each_run<float>(t, [&](const float* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe); });
+      for_each_run<float>(t, [&](const float* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
       break;
     case c10::kDouble:
-      for_each_run<double>(t, [&](const double* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe); });
+      for_each_run<double>(t, [&](const double* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
       break;
     case c10::kHalf:
-      for_each_run<c10::Half>(t, [&](const c10::Half* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe); });
+      for_each_run<c10::Half>(t, [&](const c10::Half* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
       break;
     default:
       for_each_run<c10::BFloat16>(t, [&](const c10::BFloat16* p, int64_t n, int64_t s) {
-        fused_run(p, n, s, c, stats, probe);
+        fused_run(p, n, s, c, stats, probe, moments);
       });
       break;
   }

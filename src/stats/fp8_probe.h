@@ -6,6 +6,7 @@
 #include <sentinel/stats.h>
 
 #include "stats/fp8_probe_result.h"
+#include "stats/stats_accumulator.h"
 #include "stats/tensor_stats.h"
 
 #include <cstdint>
@@ -20,8 +21,10 @@ namespace stats {
 // One read of `t` (float32/float64/float16/bfloat16, any dense or strided layout) fills both.
 // Returns false (and leaves `probe` empty) for tensors the statistics pass cannot read.
 // `readability` (optional) receives what the statistics pass said of the tensor.
+// `moments` (optional) adds the statistics menu from the same chunks.
 bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
-                            Fp8ProbeResult& probe, Readability* readability = nullptr);
+                            Fp8ProbeResult& probe, Readability* readability = nullptr,
+                            MomentsAccumulator* moments = nullptr);
 
 // Scalar reference of one element's cast, as the vector kernel computes it (exposed for tests).
 float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& overflow);

@@ -68,5 +68,67 @@ struct AbsStatsAccumulator {
   }
 };
 
+// The statistics menu (min, max, mean, std, norms, dynamic range), reduced alongside
+// AbsStatsAccumulator from the same chunks while they are still in cache: never a second read of
+// the tensor from memory. Sums are kept in double. The variance uses per-chunk means combined by
+// Chan's rule, so a large mean does not cancel the spread away as sum(x^2) - n mean^2 would.
+struct MomentsAccumulator {
+  int64_t n = 0;
+  double mean = 0, m2 = 0;          // of the elements so far; m2 = sum (x - mean)^2
+  double sum_abs = 0, sum_sq = 0;
+  double min = INFINITY, max = -INFINITY;  // over the non-NaN elements
+  double min_nonzero_abs = INFINITY;
+  double max_abs = 0;
+  bool any_nan = false;
+
+  // One chunk (in cache), read twice: sums and extremes, then the squared deviations from the
+  // chunk's own mean.
+  template <typename F>
+  SENTINEL_HOST_DEVICE void add_chunk(const F* p, int64_t len) {
+    if (len <= 0) return;
+    MomentsAccumulator c;
+    double sum = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const double x = static_cast<double>(p[i]);
+      const double a = fabs(x);
+      sum += x;
+      c.sum_abs += a;
+      c.sum_sq += x * x;
+      c.any_nan |= (x != x);
+      c.min = x < c.min ? x : c.min;
+      c.max = x > c.max ? x : c.max;
+      c.max_abs = a > c.max_abs ? a : c.max_abs;
+      c.min_nonzero_abs = (a > 0 && a < c.min_nonzero_abs) ? a : c.min_nonzero_abs;
+    }
+    c.n = len;
+    c.mean = sum / static_cast<double>(len);
+    for (int64_t i = 0; i < len; ++i) {
+      const double d = static_cast<double>(p[i]) - c.mean;
+      c.m2 += d * d;
+    }
+    combine(c);
+  }
+
+  SENTINEL_HOST_DEVICE void combine(const MomentsAccumulator& o) {
+    if (o.n == 0) return;
+    if (n == 0) {
+      *this = o;
+      return;
+    }
+    const double total = static_cast<double>(n + o.n);
+    const double delta = o.mean - mean;
+    mean += delta * (static_cast<double>(o.n) / total);
+    m2 += o.m2 + delta * delta * (static_cast<double>(n) * static_cast<double>(o.n) / total);
+    n += o.n;
+    sum_abs += o.sum_abs;
+    sum_sq += o.sum_sq;
+    any_nan |= o.any_nan;
+    min = o.min < min ? o.min : min;
+    max = o.max > max ? o.max : max;
+    max_abs = o.max_abs > max_abs ? o.max_abs : max_abs;
+    min_nonzero_abs = o.min_nonzero_abs < min_nonzero_abs ? o.min_nonzero_abs : min_nonzero_abs;
+  }
+};
+
 }  // namespace stats
 }  // namespace sentinel

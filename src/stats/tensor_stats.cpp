@@ -89,7 +89,50 @@ void reduce_tensor(const at::Tensor& t, TensorStats& out) {
   kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t stride) { reduce_any<T>(p, n, stride, out); });
 }
 
+// The statistics and the menu from one read: each chunk is widened (or read in place), reduced
+// by the vector kernel, then added to the menu while it is still in cache.
+template <typename T>
+void moments_span(const T* p, int64_t n, int64_t stride, TensorStats& out, MomentsAccumulator& moments) {
+  using acc_t = typename Widen<T>::acc_t;
+  const acc_t inf = std::numeric_limits<acc_t>::infinity();
+  const acc_t min_normal = static_cast<acc_t>(smallest_normal<T>());
+  constexpr int64_t kChunk = 4096;
+  acc_t buffer[kChunk];
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t len = std::min(kChunk, n - start);
+    const T* q = p + start * stride;
+    const acc_t* values = buffer;
+    if constexpr (std::is_same_v<T, acc_t>) {
+      if (stride == 1) values = q;
+    }
+    if (values == buffer) {
+      for (int64_t i = 0; i < len; ++i) buffer[i] = Widen<T>::get(q[i * stride]);
+    }
+    AbsStatsAccumulator<acc_t> acc(inf);
+    reduce_contiguous<acc_t>(values, len, min_normal, acc);
+    acc.project(len, out);
+    moments.add_chunk(values, len);
+  }
+}
+
 }  // namespace
+
+Readability compute_with_moments(const at::Tensor& t, TensorStats& out, MomentsAccumulator& moments) {
+  out = TensorStats{};
+  const Readability readable = compute_readability(t);
+  if (readable != Readability::Read) return readable;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t s) { moments_span<T>(p, n, s, out, moments); });
+  };
+  switch (t.scalar_type()) {
+    case c10::kFloat: run(float{}); return Readability::Read;
+    case c10::kDouble: run(double{}); return Readability::Read;
+    case c10::kHalf: run(c10::Half{}); return Readability::Read;
+    case c10::kBFloat16: run(c10::BFloat16{}); return Readability::Read;
+    default: return compute(t, out);  // integers: statistics only, no menu
+  }
+}
 
 namespace {
 

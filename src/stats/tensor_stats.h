@@ -2,6 +2,8 @@
 // The fused statistics pass over one tensor (CPU).
 #include <sentinel/stats.h>
 
+#include "stats/stats_accumulator.h"
+
 #include <string>
 
 #include <c10/core/ScalarType.h>
@@ -37,6 +39,10 @@ enum class Readability {
 // (float64/32/16, bfloat16) give every count; integer and bool tensors give abs min/max and
 // zeros, as HF shows them. Anything else returns why it was not read.
 Readability compute(const at::Tensor& t, TensorStats& out);
+
+// compute() and, for floating tensors, the statistics menu in the same read (moments.n stays 0
+// for other dtypes).
+Readability compute_with_moments(const at::Tensor& t, TensorStats& out, MomentsAccumulator& moments);
 
 // Counts what fp16 and bf16 casts would overflow or flush; false for non-floating tensors.
 bool compute_headroom(const at::Tensor& t, HeadroomCounts& out);

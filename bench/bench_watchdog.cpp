@@ -11,6 +11,7 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -115,6 +116,27 @@ void BM_TrainStepWatched(benchmark::State& state) {
   }
 }
 
+// Every layer's GEMM tensors (activation, weight, gradient) with the whole statistics menu, on
+// every step, logged to JSON lines: what a collection costs at its most demanding setting.
+void BM_TrainStepCollected(benchmark::State& state) {
+  auto& f = train_fixture();
+  std::ostringstream out;
+  const std::string dir = "/tmp/sentinel_bench_logs";
+  using sentinel::Stat;
+  auto options = sentinel::Options().output(out).log_dir(dir).loggers({"jsonl"}).stats_collections(
+      {sentinel::StatsCollection().stats({Stat::Min, Stat::Max, Stat::Mean, Stat::Std, Stat::L1Norm, Stat::L2Norm,
+                                          Stat::CurAmax, Stat::DynamicRange})});
+  {
+    sentinel::Watchdog watch(f.model.ptr(), options);
+    for (auto _ : state) {
+      auto batch = watch.batch();
+      f.step();
+      batch.finish();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
 void BM_TrainStepHfStyle(benchmark::State& state) {
   auto& f = train_fixture();
   double sink = 0;
@@ -180,6 +202,17 @@ void BM_StatsPass(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
 }
 
+// The statistics and the whole menu (min, max, mean, std, norms, dynamic range) in one read.
+void BM_StatsPassWithMenu(benchmark::State& state) {
+  sentinel::TensorStats s;
+  for (auto _ : state) {
+    sentinel::stats::MomentsAccumulator m;
+    sentinel::stats::compute_with_moments(probe_tensor(), s, m);
+    benchmark::DoNotOptimize(m);
+  }
+  state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
+}
+
 void BM_StatsPassWithFp8Probe(benchmark::State& state) {
   sentinel::TensorStats s;
   sentinel::stats::Fp8ProbeResult p;
@@ -213,12 +246,16 @@ BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStepCollected)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RankExchange2)->Iterations(2000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassWithFp8Probe)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsPassWithMenu)->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPass, 1>)->Name("BM_StatsPass_v3")->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPassWithFp8Probe, 1>)->Name("BM_StatsPassWithFp8Probe_v3")->Unit(benchmark::kMillisecond);
+BENCHMARK(at_level<BM_StatsPassWithMenu, 1>)->Name("BM_StatsPassWithMenu_v3")->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPass, 0>)->Name("BM_StatsPass_baseline")->Unit(benchmark::kMillisecond);
+BENCHMARK(at_level<BM_StatsPassWithMenu, 0>)->Name("BM_StatsPassWithMenu_baseline")->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPassWithFp8Probe, 0>)->Name("BM_StatsPassWithFp8Probe_baseline")->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -5,9 +5,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
 #include <sentinel/sentinel.h>
 
 #include "support/test_models.h"
@@ -190,6 +193,75 @@ TEST(Cli, RanksSummarizesEachRanksReportsAndNamesTheFirst) {
   r = sentinel_cli("ranks " + (dir / "missing").string());
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("is not a directory"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+namespace fs = std::filesystem;
+
+// A config drives `sentinel run` as NV_DEBUG_TOOL_CONFIG drives TransformerEngine's tools: the
+// TorchScript model's fc1 statistics land in the log directory; the flags override the config.
+TEST(Cli, RunWithAConfigWritesTheStatisticsLogs) {
+  const fs::path dir = fs::temp_directory_path() / ("sentinel_cli_config_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = dir / "config.yaml";
+  std::ofstream(config) << "sentinel:\n  loggers: [file, jsonl]\n  max_frames_to_save: 3\n"
+                           "stats:\n  layers:\n    layer_name_regex_pattern: fc1\n"
+                           "  collect_tensor_stats:\n    type: [max, l2_norm]\n    tensors: [activation, weight]\n";
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --config " + config.string() +
+                        " --log-dir " + (dir / "logs").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream jsonl(dir / "logs" / "debug_statistics_logs" / "sentinel_rank-0.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(jsonl, line); ++lines) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["layer"], "fc1");
+  }
+  EXPECT_EQ(lines, 3 * 2 * 2);  // 3 batches x 2 tensors x 2 statistics
+  std::ifstream debug_log(dir / "logs" / "debug_logs" / "sentinel_rank-0.log");
+  std::stringstream text;
+  text << debug_log.rdbuf();
+  EXPECT_NE(text.str().find("config: " + config.string()), std::string::npos) << text.str();
+
+  // SENTINEL_CONFIG is read when --config is not given; a mistake in it names the line.
+  std::ofstream(config, std::ios::trunc) << "sentinel:\n  max_frames: 3\n";
+  const std::string env = "SENTINEL_CONFIG=" + config.string() + " ";
+  FILE* p = popen((env + SENTINEL_CLI_PATH + " demo 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  EXPECT_NE(out.find(config.string() + ":2: unknown key 'max_frames'"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+// Megatron's flags: --log-tensor-name-pattern selects layers by a search in their names (FP8
+// metrics and statistics), --save-tensor saves their GEMM tensors.
+TEST(Cli, MegatronsTensorFlagsLogAndSave) {
+  const fs::path dir = fs::temp_directory_path() / ("sentinel_cli_megatron_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --log-dir " + dir.string() +
+                        " --loggers jsonl --log-tensor-name-pattern 'blocks\\.1' --log-tensor-interval 2 --save-tensor");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream jsonl(dir / "debug_statistics_logs" / "sentinel_rank-0.jsonl");
+  std::set<int64_t> steps;
+  std::set<std::string> stats;
+  for (std::string line; std::getline(jsonl, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["layer"], "blocks.1.lin");
+    steps.insert(j["step"].get<int64_t>());
+    stats.insert(j["stat"].get<std::string>());
+  }
+  EXPECT_EQ(steps, (std::set<int64_t>{0, 2}));
+  EXPECT_EQ(stats, (std::set<std::string>{"min", "max", "cur_amax", "underflows", "overflows"}));
+  EXPECT_TRUE(fs::exists(dir / "saved_tensors" / "blocks.1.lin.activation.step2.pt"));
+  EXPECT_TRUE(fs::exists(dir / "saved_tensors" / "blocks.1.lin.output.step0.pt"));
+  EXPECT_FALSE(fs::exists(dir / "saved_tensors" / "blocks.1.lin.activation.step1.pt"));
+  r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --log-tensor-name-pattern decoder");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("match none of the model's"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 

@@ -325,4 +325,37 @@ TEST(StatsCollections, WatchingWithCollectionsNeverChangesResults) {
   EXPECT_TRUE(torch::equal(model->fc1->weight.grad(), plain_grad));
 }
 
+// docs/config.md's complete config is the one examples/stats_collection.cpp runs, and it loads.
+TEST(StatsCollections, TheDocumentedConfigIsTheExamplesAndLoads) {
+  const fs::path root = SENTINEL_SOURCE_DIR;
+  std::ifstream doc(root / "docs" / "config.md");
+  ASSERT_TRUE(doc);
+  std::vector<std::string> blocks;
+  bool inside = false;
+  for (std::string line; std::getline(doc, line);) {
+    if (!inside && line == "```yaml") {
+      inside = true;
+      blocks.emplace_back();
+    } else if (inside && line == "```") {
+      inside = false;
+    } else if (inside) {
+      blocks.back() += line + "\n";
+    }
+  }
+  ASSERT_FALSE(blocks.empty());
+  std::ifstream example(root / "examples" / "configs" / "debug_config.yaml");
+  std::stringstream text;
+  text << example.rdbuf();
+  EXPECT_EQ(blocks.front(), text.str());
+  const fs::path dir = fresh_dir("doc_configs");
+  fs::create_directories(dir);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const fs::path path = dir / ("block" + std::to_string(i) + ".yaml");
+    std::ofstream(path) << blocks[i];
+    const auto options = sentinel::Options::from_yaml(path.string());
+    EXPECT_FALSE(options.stats_collections().empty()) << "block " << i;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace

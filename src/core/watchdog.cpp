@@ -5,7 +5,9 @@
 #include <torch/nn/module.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <regex>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,6 +40,15 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
 void Watchdog::Impl::attach_collections() {
   const auto& modules = index->module_paths();
   collector.check_layers(modules);
+  if (fp8.enabled()) {
+    // A layer selection that selects nothing is a mistake (a typo, another model's names): said
+    // now rather than discovered after a long run with no metrics.
+    const std::regex layers(fp8.options().layers(), std::regex::ECMAScript);
+    if (std::none_of(modules.begin(), modules.end(), [&](const std::string& p) { return std::regex_match(p, layers); })) {
+      throw OptionError(fmt::format("sentinel: fp8 layers '{}' match none of the model's {} modules",
+                                    fp8.options().layers(), modules.size()));
+    }
+  }
   if (!collector.enabled() && opts.custom_loggers().empty() && !dumper.enabled()) return;
   std::vector<std::string> lines = collector.describe(modules);
   if (dumper.enabled()) {

@@ -243,7 +243,7 @@ void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, T
       acc.project(len, stats);
       if (moments) {
         if (stride == 1) {
-          moments->add_chunk(q, len);
+          moments_chunk(q, len, *moments);
         } else {
           for (int64_t i = 0; i < len; ++i) moments->add_chunk(q + i * stride, 1);
         }
@@ -261,7 +261,7 @@ void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, T
       AbsStatsAccumulator<float> acc(std::numeric_limits<float>::infinity());
       float_chunk(values, len, static_cast<float>(smallest_normal<T>()), c, acc, probe);
       acc.project(len, stats);
-      if (moments) moments->add_chunk(values, len);  // the chunk is still in cache
+      if (moments) moments_chunk(values, len, *moments);  // the chunk is still in cache
     }
   }
 }

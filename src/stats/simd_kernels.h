@@ -196,6 +196,125 @@ inline void reduce_contiguous(const F* p, int64_t len, F min_normal, AbsStatsAcc
   }
 }
 
+// The statistics menu of one float chunk (already in cache), as MomentsAccumulator::add_chunk
+// defines it, in vectors: extremes on float lanes (exact), sums on double lanes (each half of a
+// float register widened), then the squared deviations from the chunk's mean in a second loop.
+// The lanes add in another order than the scalar loop: the sums agree to rounding, not bits.
+template <int kBytes>
+struct MomentVectors {
+  typedef float V __attribute__((vector_size(kBytes)));
+  typedef int32_t M __attribute__((vector_size(kBytes)));
+  typedef float H __attribute__((vector_size(kBytes / 2)));  // half a register of floats ...
+  typedef double D __attribute__((vector_size(kBytes)));     // ... widened
+};
+
+template <int kBytes>
+__attribute__((always_inline)) inline void moments_chunk_body(const float* p, int64_t len, MomentsAccumulator& out) {
+  using V = typename MomentVectors<kBytes>::V;
+  using M = typename MomentVectors<kBytes>::M;
+  using H = typename MomentVectors<kBytes>::H;
+  using D = typename MomentVectors<kBytes>::D;
+  constexpr int L = kBytes / 4;
+  if (len <= 0) return;
+  const V zero = V{}, vinf = V{} + std::numeric_limits<float>::infinity();
+  V mn = vinf, mx = -vinf, amax = zero, min_nonzero = vinf;
+  M nan = M{};
+  D sum_lo = D{}, sum_hi = D{}, abs_lo = D{}, abs_hi = D{}, sq_lo = D{}, sq_hi = D{};
+  int64_t i = 0;
+  for (; i + L <= len; i += L) {
+    V x, a;
+    load_abs<Simd<float, kBytes>>(p + i, x, a);
+    mn = x < mn ? x : mn;  // NaN compares false: never selected
+    mx = x > mx ? x : mx;
+    amax = a > amax ? a : amax;
+    const V nonzero = a > zero ? a : vinf;  // two plain selects: a combined mask is not vectorised
+    min_nonzero = nonzero < min_nonzero ? nonzero : min_nonzero;
+    nan |= (x != x);
+    // Each half of the register loaded again (from L1) straight into a widening conversion.
+    // (Written out, not a lambda: a lambda would not take this clone's target and stay a call.)
+    H half_lo, half_hi;
+    std::memcpy(&half_lo, p + i, sizeof half_lo);
+    std::memcpy(&half_hi, p + i + L / 2, sizeof half_hi);
+    D lo = __builtin_convertvector(half_lo, D), hi = __builtin_convertvector(half_hi, D);
+    sum_lo += lo;
+    sum_hi += hi;
+    sq_lo += lo * lo;
+    sq_hi += hi * hi;
+    abs_lo += lo < 0 ? -lo : lo;
+    abs_hi += hi < 0 ? -hi : hi;
+  }
+  MomentsAccumulator c;
+  double sum = 0;
+  for (int l = 0; l < L; ++l) {
+    c.min = mn[l] < c.min ? mn[l] : c.min;
+    c.max = mx[l] > c.max ? mx[l] : c.max;
+    c.max_abs = amax[l] > c.max_abs ? amax[l] : c.max_abs;
+    c.min_nonzero_abs = min_nonzero[l] < c.min_nonzero_abs ? min_nonzero[l] : c.min_nonzero_abs;
+    c.any_nan |= nan[l] != 0;
+  }
+  for (int l = 0; l < L / 2; ++l) {
+    sum += sum_lo[l] + sum_hi[l];
+    c.sum_abs += abs_lo[l] + abs_hi[l];
+    c.sum_sq += sq_lo[l] + sq_hi[l];
+  }
+  for (int64_t j = i; j < len; ++j) {
+    const double x = p[j], a = std::fabs(x);
+    sum += x;
+    c.sum_abs += a;
+    c.sum_sq += x * x;
+    c.any_nan |= (x != x);
+    c.min = x < c.min ? x : c.min;
+    c.max = x > c.max ? x : c.max;
+    c.max_abs = a > c.max_abs ? a : c.max_abs;
+    c.min_nonzero_abs = (a > 0 && a < c.min_nonzero_abs) ? a : c.min_nonzero_abs;
+  }
+  c.n = len;
+  c.mean = sum / static_cast<double>(len);
+  const D vmean = D{} + c.mean;
+  D m2_lo = D{}, m2_hi = D{};
+  for (i = 0; i + L <= len; i += L) {
+    H half_lo, half_hi;
+    std::memcpy(&half_lo, p + i, sizeof half_lo);
+    std::memcpy(&half_hi, p + i + L / 2, sizeof half_hi);
+    D lo = __builtin_convertvector(half_lo, D), hi = __builtin_convertvector(half_hi, D);
+    lo -= vmean;
+    hi -= vmean;
+    m2_lo += lo * lo;
+    m2_hi += hi * hi;
+  }
+  for (int l = 0; l < L / 2; ++l) c.m2 += m2_lo[l] + m2_hi[l];
+  for (int64_t j = i; j < len; ++j) {
+    const double d = p[j] - c.mean;
+    c.m2 += d * d;
+  }
+  out.combine(c);
+}
+
+template <typename Unused = void>
+__attribute__((target("arch=x86-64-v4"), noinline)) void moments_chunk_v4(const float* p, int64_t len,
+                                                                          MomentsAccumulator& out) {
+  moments_chunk_body<64>(p, len, out);
+}
+template <typename Unused = void>
+__attribute__((target("avx2"), noinline)) void moments_chunk_avx2(const float* p, int64_t len, MomentsAccumulator& out) {
+  moments_chunk_body<32>(p, len, out);
+}
+template <typename Unused = void>
+__attribute__((noinline)) void moments_chunk_baseline(const float* p, int64_t len, MomentsAccumulator& out) {
+  moments_chunk_body<16>(p, len, out);
+}
+// float chunks in vectors (per SIMD level); float64 chunks through the scalar definition.
+inline void moments_chunk(const float* p, int64_t len, MomentsAccumulator& out) {
+  if (simd_level() >= SimdLevel::V4) {
+    moments_chunk_v4<>(p, len, out);
+  } else if (simd_level() >= SimdLevel::V3) {
+    moments_chunk_avx2<>(p, len, out);
+  } else {
+    moments_chunk_baseline<>(p, len, out);
+  }
+}
+inline void moments_chunk(const double* p, int64_t len, MomentsAccumulator& out) { out.add_chunk(p, len); }
+
 }  // namespace kernels
 }  // namespace stats
 }  // namespace sentinel

@@ -111,7 +111,7 @@ void moments_span(const T* p, int64_t n, int64_t stride, TensorStats& out, Momen
     AbsStatsAccumulator<acc_t> acc(inf);
     reduce_contiguous<acc_t>(values, len, min_normal, acc);
     acc.project(len, out);
-    moments.add_chunk(values, len);
+    moments_chunk(values, len, moments);
   }
 }
 

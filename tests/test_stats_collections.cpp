@@ -272,6 +272,28 @@ TEST(StatsCollections, AFailingLoggerIsDroppedAndTheModelRunsOn) {
   EXPECT_NE(out.str().find("the custom logger failed and is dropped: disk on fire"), std::string::npos) << out.str();
 }
 
+// Loggers run without the watchdog's lock: one may ask the watchdog for what it just logged.
+TEST(StatsCollections, ALoggerMayCallTheWatchdog) {
+  struct Asking : sentinel::StatsLogger {
+    sentinel::Watchdog* watch = nullptr;
+    size_t seen = 0;
+    void log(const std::vector<sentinel::StatRecord>& records) override {
+      seen += records.size();
+      EXPECT_EQ(watch->collected_stats().size(), records.size());
+    }
+  };
+  torch::manual_seed(0);
+  TwoLayers model;
+  auto asking = std::make_shared<Asking>();
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(
+      model, sentinel::Options().output(out).add_logger(asking).stats_collections(
+                 {sentinel::StatsCollection().layers("fc2").stats({sentinel::Stat::Mean})}));
+  asking->watch = &debug;
+  debug.backward(debug.forward(torch::randn({2, 6})).sum());
+  EXPECT_EQ(asking->seen, 3u);  // activation, weight, gradient
+}
+
 TEST(StatsCollections, BadCollectionsAndLogDirsAreNamed) {
   TwoLayers model;
   std::ostringstream out;

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <csignal>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "support/test_models.h"
@@ -111,6 +113,34 @@ TEST(TensorDumps, TheSizeCapAndAnUnwritableDirectoryStopDumpsNotTheModel) {
   EXPECT_NO_THROW(debug2.forward(torch::randn({2, 4})));
   EXPECT_NE(out2.str().find((file / "d").string()), std::string::npos) << out2.str();
   fs::remove(file);
+}
+
+// A full disk, as write(2) sees it: the file-size limit makes writes fail with EFBIG.
+TEST(TensorDumps, AFullDiskIsSaidAndLeavesNoTruncatedFile) {
+  torch::manual_seed(0);
+  sentinel_test::Mlp model;
+  const fs::path dir = fresh_dir("dumps_full");
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(
+      model, sentinel::Options().output(out).dumps(sentinel::DumpOptions().enabled(true).dir(dir.string())));
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 200;  // smaller than any saved tensor
+  setrlimit(RLIMIT_FSIZE, &small);
+  torch::NoGradGuard no_grad;
+  EXPECT_NO_THROW(debug.forward(torch::randn({2, 4})));
+  EXPECT_NO_THROW(debug.forward(torch::randn({2, 4})));
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(out.str().find("tensor dumps stop: cannot write"), std::string::npos) << out.str();
+  EXPECT_EQ(out.str().find("tensor dumps stop", out.str().find("tensor dumps stop") + 1), std::string::npos)
+      << "said once: " << out.str();
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 0u);  // the partial file is removed
+  fs::remove_all(dir);
 }
 
 TEST(TensorDumps, AtDetectionTheOpIsSavedAndReplayMakesTheInfAgain) {

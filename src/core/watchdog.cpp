@@ -66,8 +66,9 @@ Watchdog::Impl::~Impl() {
     std::unique_lock<std::mutex> lock(mutex);
     close_fp8_step_locked();
     pending_alarm.reset();
-    if (loggers) loggers->flush(opts.output());
   }
+  deliver_stats();
+  if (loggers) loggers->flush(opts.output());
   capture::release_callback();
   // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
   ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
@@ -119,7 +120,7 @@ void Watchdog::Impl::begin_auto_batch() {
     std::unique_lock<std::mutex> lock(mutex);
     if (!stopped) begin_batch_locked(lock);
   }
-  deliver_fp8_alarm();
+  deliver_step_outcome();
 }
 
 void Watchdog::Impl::end_auto_batch() {
@@ -127,7 +128,7 @@ void Watchdog::Impl::end_auto_batch() {
     std::unique_lock<std::mutex> lock(mutex);
     end_batch_locked(lock);
   }
-  deliver_fp8_alarm();
+  deliver_step_outcome();
   exchange_ranks(ranks::Phase::BatchEnd);
 }
 
@@ -139,7 +140,7 @@ bool Watchdog::Impl::begin_explicit_batch() {
     begin_batch_locked(lock);
     ts.explicit_batch = this;
   }
-  deliver_fp8_alarm();
+  deliver_step_outcome();
   return true;
 }
 
@@ -158,7 +159,7 @@ void Watchdog::Impl::end_explicit_batch(bool unwinding) {
     std::unique_lock<std::mutex> lock(mutex);
     end_batch_locked(lock);
   }
-  deliver_fp8_alarm();
+  deliver_step_outcome();
   if (unwinding) {
     // An exception of the user's own ends this batch: this rank will not reach the collectives
     // the others are heading for. It says so instead of exchanging, so they stop at once.
@@ -188,14 +189,25 @@ void Watchdog::Impl::close_fp8_step_locked() {
   }
   if (collector.step_open()) {
     last_stats = collector.end_step(step_metrics, places);
-    if (loggers) loggers->log(last_stats, opts.output());
+    pending_stats.insert(pending_stats.end(), last_stats.begin(), last_stats.end());
   }
 }
 
-void Watchdog::Impl::deliver_fp8_alarm() {
+void Watchdog::Impl::deliver_stats() {
+  std::lock_guard<std::mutex> one_at_a_time(logging_mutex);  // a logger is never called concurrently
+  std::vector<StatRecord> records;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    records.swap(pending_stats);
+  }
+  if (loggers && !records.empty()) loggers->log(records, opts.output());
+}
+
+void Watchdog::Impl::deliver_step_outcome() {
   // May run inside a RecordFunction callback (TorchScript batches): what the user's callback
   // does must not be recorded as the model's ops.
   at::DisableRecordFunctionGuard not_recorded;
+  deliver_stats();  // before an alarm whose action may abort
   std::optional<Report> alarm;
   const Action action = opts.fp8().alarm_action();
   {
@@ -346,7 +358,7 @@ void Watchdog::backward(const at::Tensor& loss) {
   impl_->throw_pending();
   loss.backward();
   impl_->check_parameter_gradients();
-  impl_->deliver_fp8_alarm();
+  impl_->deliver_step_outcome();
   // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.
   impl_->exchange_ranks(ranks::Phase::Backward);
   impl_->throw_pending();

@@ -77,12 +77,14 @@ struct Watchdog::Impl final : capture::Session {
   void throw_pending();
   bool has_pending();
   // Closes the open step (lock held): FP8 metrics, log, alarms into pending_alarm; the
-  // collections' statistics to the loggers.
+  // collections' statistics into pending_stats for the loggers.
   void close_fp8_step_locked();
   // After the model is indexed: the collections' layers checked, the loggers opened.
   void attach_collections();
-  // Runs the action of a pending FP8 alarm; call without the lock.
-  void deliver_fp8_alarm();
+  // Hands the closed steps' statistics to the loggers, then runs the action of a pending FP8
+  // alarm; call without the lock (a user's logger or callback may call the watchdog).
+  void deliver_step_outcome();
+  void deliver_stats();
 
   // At a safe point: exchange with the other ranks in this batch's round of `phase` (without the
   // lock, which it takes), then report what the agreement says this rank must know.
@@ -117,6 +119,8 @@ struct Watchdog::Impl final : capture::Session {
   collect::StatsCollector collector;             // Options::stats_collections
   std::unique_ptr<loggers::LoggerSet> loggers;
   std::vector<StatRecord> last_stats;            // of the last closed step
+  std::vector<StatRecord> pending_stats;         // closed steps' records not yet logged
+  std::mutex logging_mutex;
   dumps::TensorDumper dumper;                    // Options::dumps
   std::vector<int8_t> gemm_by_op;                // by op-name id: -1 unknown, else the operand mask
   bool warned_device_collect = false;

@@ -21,6 +21,13 @@ copy $lib/libgtest.a $lib/libgtest_main.a $lib/libgmock.a $lib/libgmock_main.a \
      $lib/libbenchmark.so $lib/libbenchmark.so.1debian $lib/libbenchmark.so.1.7.1 $lib/libbenchmark_main.a \
      $lib/libboost_stacktrace_backtrace.a $lib/libboost_stacktrace_backtrace.so \
      $lib/libboost_stacktrace_backtrace.so.1.74.0
+# fmt, yaml-cpp (configs) and protobuf with protoc (TensorBoard files; CMake's FindProtobuf finds
+# them under the prefix: include/, lib/, bin/protoc).
+copy /usr/include/fmt /usr/include/yaml-cpp /usr/include/google/protobuf $lib/cmake/fmt $lib/cmake/yaml-cpp
+copy $lib/libfmt.so $lib/libfmt.so.9 $lib/libfmt.so.9.1.0 \
+     $lib/libyaml-cpp.so $lib/libyaml-cpp.so.0.7 $lib/libyaml-cpp.so.0.7.0 \
+     $lib/libprotobuf.so $lib/libprotobuf.so.32 $lib/libprotobuf.so.32.0.12 $lib/libprotoc.so.32 \
+     $lib/libprotoc.so.32.0.12 /usr/bin/protoc
 # GCC's libbacktrace (Boost.Stacktrace's symboliser), put where -lbacktrace finds it.
 cp /usr/lib/gcc/x86_64-linux-gnu/*/libbacktrace.a "$out$lib/"
 

@@ -15,6 +15,7 @@ if [ -n "$deps" ]; then
   deps=$(realpath "$deps")
   export LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LIBRARY_PATH:+:$LIBRARY_PATH}"
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PATH="$deps/usr/bin:$PATH"  # protoc
 fi
 export PATH=/usr/local/cuda/bin:$PATH
 torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')

@@ -13,27 +13,16 @@
 #include <nlohmann/json.hpp>
 #include <sentinel/sentinel.h>
 
+#include "support/shell.h"
 #include "support/test_models.h"
 
 namespace {
 
 using sentinel_test::data_path;
 
-struct Run {
-  int code;
-  std::string output;
-};
+using sentinel_test::Run;
 
-Run sentinel_cli(const std::string& args) {
-  const std::string cmd = std::string(SENTINEL_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Run sentinel_cli(const std::string& args) { return sentinel_test::shell(std::string(SENTINEL_CLI_PATH) + " " + args); }
 
 std::string run_args(const std::string& model, const std::string& inputs) {
   return "run --model " + data_path(model) + " --inputs " + data_path(inputs);
@@ -225,15 +214,9 @@ TEST(Cli, RunWithAConfigWritesTheStatisticsLogs) {
 
   // SENTINEL_CONFIG is read when --config is not given; a mistake in it names the line.
   std::ofstream(config, std::ios::trunc) << "sentinel:\n  max_frames: 3\n";
-  const std::string env = "SENTINEL_CONFIG=" + config.string() + " ";
-  FILE* p = popen((env + SENTINEL_CLI_PATH + " demo 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
-  EXPECT_NE(out.find(config.string() + ":2: unknown key 'max_frames'"), std::string::npos) << out;
+  r = sentinel_test::shell("SENTINEL_CONFIG=" + config.string() + " " + SENTINEL_CLI_PATH + " demo");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(config.string() + ":2: unknown key 'max_frames'"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 

@@ -14,6 +14,8 @@
 #include <map>
 #include <sstream>
 
+#include "support/shell.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -230,14 +232,14 @@ TEST(StatsCollections, TensorBoardEventsReadBackByAnIndependentReader) {
       debug.backward(loss);
     }
   }
-  const std::string cmd = std::string("/usr/bin/python3 ") + SENTINEL_TB_READER + " --protoc " + SENTINEL_TB_PROTOC +
-                          " " + SENTINEL_TB_PROTO + " " + (dir / "tensorboard").string() + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
-  ASSERT_EQ(pclose(p), 0) << text;
+  if (sentinel_test::shell("/usr/bin/python3 -c 'import google.protobuf, crc32c'").code != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 lacks google.protobuf or crc32c (Debian: python3-protobuf python3-crc32c)";
+  }
+  const auto read = sentinel_test::shell(std::string("/usr/bin/python3 ") + SENTINEL_TB_READER + " --protoc " +
+                                         SENTINEL_TB_PROTOC + " " + SENTINEL_TB_PROTO + " " +
+                                         (dir / "tensorboard").string());
+  ASSERT_EQ(read.code, 0) << read.output;
+  const std::string& text = read.output;
   std::map<std::pair<int64_t, std::string>, double> scalars;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {

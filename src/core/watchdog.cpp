@@ -82,6 +82,7 @@ Watchdog::Impl::~Impl() {
   if (ts.auto_batch == this) ts.auto_batch = nullptr;
   if (ts.open_frame_owner == this) ts.open_frame_owner = nullptr;
   if (ts.open_backward_owner == this) ts.open_backward_owner = nullptr;
+  ts.ending_op.inputs.clear();
   alive.reset();
 }
 

@@ -234,7 +234,10 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
 
 void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
-  if (stopped || !batches.open()) return;
+  if (stopped || !batches.open()) {
+    ts.ending_op.inputs.clear();  // held since its start: released with the op
+    return;
+  }
   at::DisableRecordFunctionGuard no_recursion;
   c10::InferenceMode no_autograd;
 

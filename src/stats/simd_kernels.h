@@ -257,17 +257,7 @@ __attribute__((always_inline)) inline void moments_chunk_body(const float* p, in
     c.sum_abs += abs_lo[l] + abs_hi[l];
     c.sum_sq += sq_lo[l] + sq_hi[l];
   }
-  for (int64_t j = i; j < len; ++j) {
-    const double x = p[j], a = std::fabs(x);
-    sum += x;
-    c.sum_abs += a;
-    c.sum_sq += x * x;
-    c.any_nan |= (x != x);
-    c.min = x < c.min ? x : c.min;
-    c.max = x > c.max ? x : c.max;
-    c.max_abs = a > c.max_abs ? a : c.max_abs;
-    c.min_nonzero_abs = (a > 0 && a < c.min_nonzero_abs) ? a : c.min_nonzero_abs;
-  }
+  for (int64_t j = i; j < len; ++j) c.reduce_first_loop(p[j], sum);
   c.n = len;
   c.mean = sum / static_cast<double>(len);
   const D vmean = D{} + c.mean;

@@ -88,18 +88,7 @@ struct MomentsAccumulator {
     if (len <= 0) return;
     MomentsAccumulator c;
     double sum = 0;
-    for (int64_t i = 0; i < len; ++i) {
-      const double x = static_cast<double>(p[i]);
-      const double a = fabs(x);
-      sum += x;
-      c.sum_abs += a;
-      c.sum_sq += x * x;
-      c.any_nan |= (x != x);
-      c.min = x < c.min ? x : c.min;
-      c.max = x > c.max ? x : c.max;
-      c.max_abs = a > c.max_abs ? a : c.max_abs;
-      c.min_nonzero_abs = (a > 0 && a < c.min_nonzero_abs) ? a : c.min_nonzero_abs;
-    }
+    for (int64_t i = 0; i < len; ++i) c.reduce_first_loop(static_cast<double>(p[i]), sum);
     c.n = len;
     c.mean = sum / static_cast<double>(len);
     for (int64_t i = 0; i < len; ++i) {
@@ -107,6 +96,19 @@ struct MomentsAccumulator {
       c.m2 += d * d;
     }
     combine(c);
+  }
+
+  // One element of a chunk's first loop: extremes and sums (`sum` of the values, for the mean).
+  SENTINEL_HOST_DEVICE void reduce_first_loop(double x, double& sum) {
+    const double a = fabs(x);
+    sum += x;
+    sum_abs += a;
+    sum_sq += x * x;
+    any_nan |= (x != x);
+    min = x < min ? x : min;
+    max = x > max ? x : max;
+    max_abs = a > max_abs ? a : max_abs;
+    min_nonzero_abs = (a > 0 && a < min_nonzero_abs) ? a : min_nonzero_abs;
   }
 
   SENTINEL_HOST_DEVICE void combine(const MomentsAccumulator& o) {

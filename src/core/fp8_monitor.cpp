@@ -2,8 +2,6 @@
 
 #include <sentinel/errors.h>
 
-#include "core/gemm_ops.h"
-
 #include <ATen/core/Tensor.h>
 
 #include <cmath>
@@ -36,17 +34,13 @@ Fp8Monitor::Fp8Monitor(const Fp8Options& options) : options_(options), scalers_(
   }
 }
 
-uint32_t Fp8Monitor::wants(int64_t step, uint32_t op, const std::string& op_name, uint32_t place,
-                           const PlaceTable& places) {
-  if (!options_.enabled() || step < options_.start_step()) return 0;
+uint32_t Fp8Monitor::wants(int64_t step, uint32_t gemm_operands, uint32_t place, const PlaceTable& places) {
+  if (!options_.enabled() || gemm_operands == 0 || step < options_.start_step()) return 0;
   if (options_.end_step() >= 0 && step > options_.end_step()) return 0;
   if ((step - options_.start_step()) % options_.freq() != 0) return 0;
-  if (op >= gemm_by_op_.size()) gemm_by_op_.resize(op + 1, -1);
-  if (gemm_by_op_[op] < 0) gemm_by_op_[op] = gemm_operands(op_name);
-  if (gemm_by_op_[op] == 0) return 0;
   if (place >= selected_by_place_.size()) selected_by_place_.resize(place + 1, -1);
   if (selected_by_place_[place] < 0) selected_by_place_[place] = std::regex_match(places.path(place), layers_);
-  return selected_by_place_[place] == 1 ? static_cast<uint32_t>(gemm_by_op_[op]) : 0;
+  return selected_by_place_[place] == 1 ? gemm_operands : 0;
 }
 
 Fp8Monitor::Slot& Fp8Monitor::slot_for(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places) {

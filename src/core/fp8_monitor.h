@@ -29,9 +29,9 @@ class Fp8Monitor {
   explicit Fp8Monitor(const Fp8Options& options);
 
   bool enabled() const { return options_.enabled(); }
-  // Which arguments of this op (by display name id) of this place, at this step, are probed:
-  // bit i for argument i; 0 for none. Only a GEMM's two operands (addmm's bias is not one).
-  uint32_t wants(int64_t step, uint32_t op, const std::string& op_name, uint32_t place, const PlaceTable& places);
+  // Which of a GEMM's operands (`gemm_operands`: core::gemm_operands, bit i for argument i) of
+  // this place, at this step, are probed; 0 for none.
+  uint32_t wants(int64_t step, uint32_t gemm_operands, uint32_t place, const PlaceTable& places);
   // Reads `t` once: its statistics, and its cast under the slot's delayed scale.
   // `moments` (optional) adds the statistics menu from the same read.
   stats::Readability probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places,
@@ -66,7 +66,6 @@ class Fp8Monitor {
   std::regex layers_;
   fp8::ScalingTable scalers_;
   std::map<std::pair<uint32_t, int>, Slot> slots_;  // slots used in the open step
-  std::vector<int8_t> gemm_by_op_;                  // -1 unknown, else the operand mask
   std::vector<int8_t> selected_by_place_;
 };
 

@@ -47,9 +47,8 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   const auto inputs = fn.inputs();  // the incoming gradients
   // The backward of a GEMM multiplies by its incoming gradient: FP8's gradient slot (E5M2 in HYBRID).
   const bool gemm_node = f.forward_op != 0 && core::is_gemm_backward_node(fn.name());
-  const bool probe_fp8 =
-      gemm_node && fp8.enabled() && fp8.wants(f.batch_number, f.forward_op, strings.at(f.forward_op), f.place, places) != 0;
   const bool operand = gemm_node && gemm_mask(f.forward_op) != 0;
+  const bool probe_fp8 = operand && fp8.enabled() && fp8.wants(f.batch_number, gemm_mask(f.forward_op), f.place, places) != 0;
   const bool collect = operand && collector.wants(f.batch_number, f.place, fp8::Role::Gradient, places);
   const bool dump = operand && dumper.enabled() && dumper.wants(f.batch_number, places.path(f.place));
   for (size_t i = 0; i < inputs.size(); ++i) {

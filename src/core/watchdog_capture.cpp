@@ -207,8 +207,9 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     f.place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
-  const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, f.op, strings.at(f.op), f.place, places) : 0;
-  const uint32_t gemm_operands = (collector.enabled() || dumper.enabled()) ? gemm_mask(f.op) : 0;
+  const bool operands_wanted = fp8.enabled() || collector.enabled() || dumper.enabled();
+  const uint32_t gemm_operands = operands_wanted ? gemm_mask(f.op) : 0;
+  const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, gemm_operands, f.place, places) : 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       core::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);

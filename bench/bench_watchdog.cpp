@@ -20,6 +20,7 @@
 #include "stats/simd_level.h"
 #include "ranks/rank_session.h"
 #include "stats/tensor_stats.h"
+#include "stats_pass_cases.h"
 #include "transformer_model.h"
 
 namespace {
@@ -186,21 +187,10 @@ void BM_RankExchange2(benchmark::State& state) {
   other.join();
 }
 
-// The statistics pass alone, and fused with the FP8 probe, on one 4M-element activation-like
-// tensor (read from memory each time: 16 MiB is larger than this machine's caches).
-torch::Tensor& probe_tensor() {
-  static torch::Tensor t = torch::randn({4096, 1024}) * 3;
-  return t;
-}
-
-void BM_StatsPass(benchmark::State& state) {
-  sentinel::TensorStats s;
-  for (auto _ : state) {
-    sentinel::stats::compute(probe_tensor(), s);
-    benchmark::DoNotOptimize(s);
-  }
-  state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
-}
+// The statistics pass alone (stats_pass_cases.h), and fused with the FP8 probe or the menu.
+using bench_cases::at_level;
+using bench_cases::BM_StatsPass;
+using bench_cases::probe_tensor;
 
 // The statistics and the whole menu (min, max, mean, std, norms, dynamic range) in one read.
 void BM_StatsPassWithMenu(benchmark::State& state) {
@@ -221,21 +211,6 @@ void BM_StatsPassWithFp8Probe(benchmark::State& state) {
     benchmark::DoNotOptimize(p);
   }
   state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
-}
-
-// The same two passes with each lower instruction-set level forced (simd_level.h), so that a
-// CPU's variants can be timed against each other: _baseline and _v3 (the AVX2 / x86-64-v3 code
-// that CPUs without AVX-512 run).
-template <void (*Case)(benchmark::State&), int Level>
-void at_level(benchmark::State& state) {
-  const auto level = static_cast<sentinel::stats::SimdLevel>(Level);
-  if (!sentinel::stats::cpu_supports(level)) {
-    state.SkipWithError("this CPU cannot run that level");
-    return;
-  }
-  sentinel::stats::force_simd_level_for_testing(level);
-  Case(state);
-  sentinel::stats::force_simd_level_for_testing(std::nullopt);
 }
 
 // Interleaved registration, repeated: each repetition measures the three back to back, so slow

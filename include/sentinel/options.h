@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <sentinel/block_scaling.h>
 #include <sentinel/fp8_scaling.h>
 #include <string>
 #include <utility>
@@ -55,7 +56,20 @@ class Fp8Options {
   // scale is over 41% larger than the current amax calls for, so values are about to overflow).
   SENTINEL_OPTION_OF(Fp8Options, double, drift_alarm, 0.5);
   SENTINEL_OPTION_OF(Fp8Options, Action, alarm_action, Action::Warn);
+  // The recipes replayed on the same tensors, side by side: each gives its own metrics per slot
+  // and step (Fp8SlotMetrics::recipe). Delayed scaling alone by default; `recipe()` sets its
+  // history and margin, the format policy of delayed, current and mxfp8, and current's margin.
+  SENTINEL_OPTION_OF(Fp8Options, std::vector<fp8::ScalingRecipe>, recipes, {fp8::ScalingRecipe::Delayed});
+  // How MXFP8 picks a block's E8M0 exponent: TransformerEngine's (RoundUp, no element overflows)
+  // by default, or the OCP MX v1.0 rule (OcpFloor, the top binade saturates).
+  SENTINEL_OPTION_OF(Fp8Options, fp8::MxScaleRule, mx_scale_rule, fp8::MxScaleRule::RoundUp);
 };
+
+// "delayed", "current", "mxfp8", "nvfp4" (also in capitals); throws sentinel::OptionError naming
+// the accepted names for anything else.
+fp8::ScalingRecipe parse_recipe(const std::string& name);
+// A comma-separated list of them ("delayed,mxfp8"); duplicates and an empty list are errors.
+std::vector<fp8::ScalingRecipe> parse_recipes(const std::string& list);
 
 // The statistics menu of TransformerEngine's debug tools (collect_tensor_stats, and
 // collect_fp8_tensor_stats for the last two), taken in the same read as the frame statistics.

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sentinel {
@@ -52,21 +53,31 @@ struct Frame {
   bool outputs_finite = true;
 };
 
-// One FP8 slot (module path x role) at one step: what the cast under delayed scaling did.
+// One FP8 slot (module path x role) at one step under one recipe: what the cast did.
 struct Fp8SlotMetrics {
   int64_t step = 0;            // the batch number
   std::string module_path;
   std::string role;            // "activation", "weight", "gradient"
-  std::string format;          // "E4M3", "E5M2"
+  std::string recipe = "delayed";  // "delayed", "current", "mxfp8", "nvfp4" (docs/fp8.md)
+  std::string format;          // the element format: "E4M3", "E5M2", "E2M1" (nvfp4)
   int64_t uses = 0;            // GEMM inputs of this slot in this step
   double cur_amax = 0;         // max |x| this step
-  double delayed_scale = 1;    // the scale delayed scaling uses this step (history up to t-1)
-  double current_scale = 1;    // the scale this step's amax alone calls for
-  double drift_log2 = 0;       // log2(delayed / current); > 0: values overflow
+  // delayed: the scale delayed scaling uses this step (history up to t-1); current: the scale of
+  // cur_amax; nvfp4: the FP32 tensor scale of cur_amax; mxfp8: 1 (its scales are per block).
+  double delayed_scale = 1;
+  double current_scale = 1;    // the scale this step's amax alone calls for (nvfp4, mxfp8: as above)
+  double drift_log2 = 0;       // log2(delayed / current); > 0: values overflow (delayed only)
   int64_t count = 0;           // finite elements cast
   int64_t overflow = 0, underflow = 0;
   double overflow_pct = 0, underflow_pct = 0;
   double mse = 0, cosine = 1, sqnr_db = 0;
+  // Block recipes (mxfp8, nvfp4) only: the scales (blocks, or 16 x 16 tiles for nvfp4 weights),
+  // those whose amax is 0, whose scale was clamped at its largest or smallest value, that held
+  // an inf or NaN, the finite elements lost to a NaN scale, and the blocks per scale value
+  // (ascending; mxfp8: powers of two, nvfp4: the E4M3 block scales).
+  int64_t blocks = 0, blocks_zero = 0, blocks_saturated = 0, blocks_at_min = 0, blocks_nonfinite = 0;
+  int64_t lost = 0;
+  std::vector<std::pair<double, int64_t>> block_scales;
 };
 
 struct Fp8Alarm {
@@ -176,6 +187,9 @@ std::string render_json(const Report& report);
 // One slot's metrics as a text line, and as one JSON object on one line (fp8_metrics.jsonl).
 std::string render_fp8_metrics_text(const Fp8SlotMetrics& m);
 std::string fp8_metrics_json_line(const Fp8SlotMetrics& m);
+// Several recipes side by side: one row per slot (module path x role) and, per recipe, its
+// overflow and underflow percentages and SQNR; then the block recipes' scale counts.
+std::string render_fp8_recipe_table(const std::vector<Fp8SlotMetrics>& metrics);
 const char* to_string(Attribution a);
 const char* to_string(Direction d);
 const char* to_string(EntryKind k);

@@ -42,7 +42,9 @@ int run_fp8_demo(const Options& base) {
                   .recipe(fp8::Recipe().amax_history_len(16))
                   .drift_alarm(0.25)
                   .overflow_alarm(0.01)
-                  .alarm_action(Action::Callback));
+                  .alarm_action(Action::Callback)
+                  .recipes(base.fp8().recipes())
+                  .mx_scale_rule(base.fp8().mx_scale_rule()));
   options.callback([&](const Report& r) { alarms.push_back(r); });
   DebugUnderflowOverflow debug(model, options);
   torch::NoGradGuard no_grad;
@@ -60,7 +62,7 @@ int run_fp8_demo(const Options& base) {
       return alarms.empty() ? kClean : kNonFinite;
     }
     for (const auto& m : debug.fp8_metrics()) {
-      if (m.module_path != "proj" || m.role != "activation") continue;
+      if (m.module_path != "proj" || m.role != "activation" || m.recipe != "delayed") continue;
       char line[200];
       std::snprintf(line, sizeof line, "%4lld %8.3f %14.4f %14.4f %+7.2f %8.3f%% %9.3f%% %8.1f  ",
                     static_cast<long long>(m.step), m.cur_amax, m.delayed_scale, m.current_scale, m.drift_log2,
@@ -73,6 +75,11 @@ int run_fp8_demo(const Options& base) {
       }
     }
     out << "\n";
+  }
+  if (options.fp8().recipes().size() > 1 || options.fp8().recipes().front() != fp8::ScalingRecipe::Delayed) {
+    out << "\nThe recipes side by side at the last step (" << fp8::mx_scale_rule_name(options.fp8().mx_scale_rule())
+        << " MXFP8 exponents):\n"
+        << render_fp8_recipe_table(debug.fp8_metrics());
   }
   if (alarms.empty()) {
     out << "\nno FP8 alarm\n";

@@ -1,10 +1,11 @@
 // sentinel: run a TorchScript model under the watchdog, or the embedded demo.
 //   sentinel                      # the demo
-//   sentinel demo [fp8] [--report-dir D]
+//   sentinel demo [fp8] [--report-dir D] [--recipes delayed,current,mxfp8,nvfp4]
 //   sentinel run --model M.pt --inputs B.pt [--max-frames N] [--trace-batches 1,3]
 //                [--abort-after N] [--report-dir D] [--warn]
 //                [--config C.yaml] [--log-dir D] [--loggers file,jsonl,tensorboard]
 //                [--log-tensor-name-pattern P] [--log-tensor-interval N] [--save-tensor] [--save-tensor-dir D]
+//                [--recipes delayed,current,mxfp8,nvfp4] [--mx-scale-rule round_up|ocp_floor]
 //   sentinel ranks DIR             # summary of the per-rank reports of a run of many ranks
 //   sentinel replay DUMP           # re-run the op saved at detection (exit 3: inf/nan again)
 // Exit codes: 0 clean, 1 internal error, 2 usage error, 3 inf/nan detected, 4 bad input files.
@@ -54,7 +55,7 @@ struct CommonFlags {
   int64_t abort_after = -1;
   std::string report_dir;
   bool warn = false;
-  std::string config, log_dir, loggers, tensor_pattern, save_dir;
+  std::string config, log_dir, loggers, tensor_pattern, save_dir, recipes, mx_scale_rule;
   int64_t tensor_interval = 1;
   bool save_tensor = false;
   std::vector<CLI::Option*> given;  // flags that override the config: only when given
@@ -79,6 +80,10 @@ struct CommonFlags {
                        ->check(CLI::Range(int64_t{1}, int64_t{1000000000}));
     app->add_flag("--save-tensor", save_tensor, "save the selected layers' GEMM tensors (torch.load opens them)");
     app->add_option("--save-tensor-dir", save_dir, "where --save-tensor writes (default: <log-dir>/saved_tensors)");
+    app->add_option("--recipes", recipes,
+                    "replay these FP8 recipes side by side on every GEMM's inputs: delayed,current,mxfp8,nvfp4");
+    app->add_option("--mx-scale-rule", mx_scale_rule, "MXFP8 block exponent: round_up (TransformerEngine, default) or ocp_floor")
+        ->check(CLI::IsMember({"round_up", "ocp_floor"}));
   }
   sentinel::Options options() const {
     auto o = config.empty() ? sentinel::Options::from_config() : sentinel::Options::from_yaml(config);
@@ -109,6 +114,16 @@ struct CommonFlags {
                                 .freq(tensor_interval)
                                 .source("--log-tensor-name-pattern"));
       o.stats_collections(collections);
+    }
+    if (!recipes.empty() || !mx_scale_rule.empty()) {
+      auto fp8 = o.fp8();
+      fp8.enabled(true);
+      if (!recipes.empty()) fp8.recipes(sentinel::parse_recipes(recipes));
+      if (!mx_scale_rule.empty()) {
+        fp8.mx_scale_rule(mx_scale_rule == "ocp_floor" ? sentinel::fp8::MxScaleRule::OcpFloor
+                                                       : sentinel::fp8::MxScaleRule::RoundUp);
+      }
+      o.fp8(fp8);
     }
     if (save_tensor || !save_dir.empty()) {
       auto dumps = o.dumps();

@@ -39,7 +39,8 @@ Action read_action(const YamlReader& r, const Field& field) {
 Fp8Options read_fp8(const YamlReader& r, const Field& field) {
   const std::vector<Field> entries =
       r.entries(field, {"enabled", "fp8_format", "margin", "amax_history_len", "amax_compute_algo", "layers", "freq",
-                        "start_step", "end_step", "overflow_alarm", "drift_alarm", "alarm_action"});
+                        "start_step", "end_step", "overflow_alarm", "drift_alarm", "alarm_action", "recipes",
+                        "mx_scale_rule"});
   Fp8Options fp8;
   fp8::Recipe recipe;
   for (const Field& e : entries) {
@@ -68,6 +69,22 @@ Fp8Options read_fp8(const YamlReader& r, const Field& field) {
       fp8.drift_alarm(v);
     } else if (e.key == "alarm_action") {
       fp8.alarm_action(read_action(r, e));
+    } else if (e.key == "recipes") {
+      constexpr fp8::ScalingRecipe kRecipes[] = {fp8::ScalingRecipe::Delayed, fp8::ScalingRecipe::Current,
+                                                 fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4};
+      std::vector<fp8::ScalingRecipe> recipes;
+      for (const Field& item : r.list(e)) {
+        const fp8::ScalingRecipe chosen = kRecipes[r.choice(item, {"delayed", "current", "mxfp8", "nvfp4"})];
+        if (std::find(recipes.begin(), recipes.end(), chosen) != recipes.end()) {
+          r.fail(item, fmt::format("{}: names '{}' twice", e.name, fp8::recipe_name(chosen)));
+        }
+        recipes.push_back(chosen);
+      }
+      if (recipes.empty()) r.fail(e, fmt::format("{}: must name at least one recipe", e.name));
+      fp8.recipes(recipes);
+    } else if (e.key == "mx_scale_rule") {
+      fp8.mx_scale_rule(r.choice(e, {"round_up", "ocp_floor"}) == 0 ? fp8::MxScaleRule::RoundUp
+                                                                    : fp8::MxScaleRule::OcpFloor);
     }
   }
   const config::Schedule s = config::read_schedule(r, entries);

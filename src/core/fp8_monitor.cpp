@@ -27,6 +27,12 @@ Fp8Monitor::Fp8Monitor(const Fp8Options& options) : options_(options), scalers_(
     throw OptionError("sentinel: fp8 amax_history_len must be at least 1, got " +
                       std::to_string(options_.recipe().amax_history_len()));
   }
+  if (options_.recipes().empty()) throw OptionError("sentinel: fp8 recipes must name at least one recipe");
+  delayed_ = false;
+  for (fp8::ScalingRecipe r : options_.recipes()) {
+    if (r == fp8::ScalingRecipe::Delayed) delayed_ = true;
+    else others_.push_back(r);
+  }
   try {
     layers_ = std::regex(options_.layers(), std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
@@ -49,8 +55,9 @@ Fp8Monitor::Slot& Fp8Monitor::slot_for(uint32_t place, fp8::Role role, int64_t s
   if (it == slots_.end()) {
     const std::string path = places.path(place);
     fp8::DelayedScaler* scaler = &scalers_.slot(path, role);
-    it = slots_.emplace(key, Slot{scaler, path, role, step, 0, 0.0, {}, {}}).first;
+    it = slots_.emplace(key, Slot{scaler, path, role, step, 0, 0.0, {}, {}, {}}).first;
     it->second.params = stats::make_fp8_probe_params(scaler->scale(), scaler->format());
+    for (fp8::ScalingRecipe r : others_) it->second.others.push_back(recipes::RecipeTally{r, {}});
   }
   return it->second;
 }
@@ -69,14 +76,23 @@ void add_to_slot(double& amax, int64_t& uses, stats::Fp8ProbeResult& sums, const
 
 stats::Readability Fp8Monitor::probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step,
                                      const PlaceTable& places, TensorStats& out,
-                                     stats::MomentsAccumulator* moments) {
+                                     stats::MomentsAccumulator* moments, const std::string& op, int arg) {
   Slot& slot = slot_for(place, role, step, places);
   stats::Fp8ProbeResult result;
   stats::Readability readability = stats::Readability::Read;
-  if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result, &readability,
-                                     moments)) {
-    return readability;  // not a floating tensor the cast applies to: statistics only
+  if (delayed_) {
+    if (!stats::compute_with_fp8_probe(t, slot.scaler->scale(), slot.scaler->format(), out, result, &readability,
+                                       moments)) {
+      return readability;  // not a floating tensor the cast applies to: statistics only
+    }
+  } else {
+    stats::MomentsAccumulator unused;
+    readability = stats::compute_with_moments(t, out, moments ? *moments : unused);
+    const auto dtype = t.scalar_type();
+    const bool floating = dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16;
+    if (readability != stats::Readability::Read || !floating) return readability;
   }
+  for (recipes::RecipeTally& tally : slot.others) recipes::probe_recipe(t, options_, role, op, arg, out, tally);
   add_to_slot(slot.amax, slot.uses, slot.sums, out, result);
   return stats::Readability::Read;
 }
@@ -93,6 +109,23 @@ void Fp8Monitor::add_result(uint32_t place, fp8::Role role, const TensorStats& s
   add_to_slot(it->second.amax, it->second.uses, it->second.sums, stats, result);
 }
 
+void Fp8Monitor::add_metrics(Fp8SlotMetrics m, std::vector<Fp8Alarm>& alarms, std::vector<Fp8SlotMetrics>& metrics) const {
+  std::string reason;
+  const double overflow_fraction = m.count ? double(m.overflow) / m.count : 0.0;
+  if (overflow_fraction > options_.overflow_alarm()) {
+    reason = "overflow " + percent(overflow_fraction) + " > " + percent(options_.overflow_alarm());
+  }
+  // Only delayed scaling lags behind the amax; the other recipes' scales follow it.
+  if (m.recipe == fp8::recipe_name(fp8::ScalingRecipe::Delayed) && m.drift_log2 > options_.drift_alarm()) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "drift %.2f > %.2f", m.drift_log2, options_.drift_alarm());
+    reason += (reason.empty() ? "" : "; ") + std::string(buf);
+  }
+  if (m.recipe != fp8::recipe_name(fp8::ScalingRecipe::Delayed) && !reason.empty()) reason = m.recipe + ": " + reason;
+  if (!reason.empty()) alarms.push_back(Fp8Alarm{m, reason});
+  metrics.push_back(std::move(m));
+}
+
 std::vector<Fp8SlotMetrics> Fp8Monitor::end_step(std::vector<Fp8Alarm>& alarms) {
   std::vector<Fp8SlotMetrics> metrics;
   for (auto& [key, slot] : slots_) {
@@ -107,28 +140,12 @@ std::vector<Fp8SlotMetrics> Fp8Monitor::end_step(std::vector<Fp8Alarm>& alarms) 
     m.delayed_scale = slot.scaler->scale();
     m.current_scale = slot.scaler->current_scale(static_cast<float>(slot.amax));
     m.drift_log2 = fp8::DelayedScaler::drift_log2(static_cast<float>(m.delayed_scale), static_cast<float>(m.current_scale));
-    m.count = slot.sums.count;
-    m.overflow = slot.sums.overflow;
-    m.underflow = slot.sums.underflow;
-    m.overflow_pct = m.count ? 100.0 * m.overflow / m.count : 0.0;
-    m.underflow_pct = m.count ? 100.0 * m.underflow / m.count : 0.0;
-    m.mse = slot.sums.mse();
-    m.cosine = slot.sums.cosine();
-    m.sqnr_db = slot.sums.sqnr_db();
+    recipes::fill_cast_metrics(m, slot.sums);
     slot.scaler->update(static_cast<float>(slot.amax));  // the next step's scale sees this amax
-
-    std::string reason;
-    const double overflow_fraction = m.count ? double(m.overflow) / m.count : 0.0;
-    if (overflow_fraction > options_.overflow_alarm()) {
-      reason = "overflow " + percent(overflow_fraction) + " > " + percent(options_.overflow_alarm());
+    if (delayed_) add_metrics(m, alarms, metrics);
+    for (const recipes::RecipeTally& tally : slot.others) {
+      add_metrics(recipes::recipe_metrics(tally, options_, slot.role, m), alarms, metrics);
     }
-    if (m.drift_log2 > options_.drift_alarm()) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "drift %.2f > %.2f", m.drift_log2, options_.drift_alarm());
-      reason += (reason.empty() ? "" : "; ") + std::string(buf);
-    }
-    if (!reason.empty()) alarms.push_back(Fp8Alarm{m, reason});
-    metrics.push_back(std::move(m));
   }
   slots_.clear();
   return metrics;

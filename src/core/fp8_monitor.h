@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/string_table.h"
+#include "recipes/recipe_probe.h"
 #include "stats/fp8_probe.h"
 #include "stats/fp8_probe_math.h"
 #include "stats/tensor_stats.h"
@@ -32,10 +33,14 @@ class Fp8Monitor {
   // Which of a GEMM's operands (`gemm_operands`: core::gemm_operands, bit i for argument i) of
   // this place, at this step, are probed; 0 for none.
   uint32_t wants(int64_t step, uint32_t gemm_operands, uint32_t place, const PlaceTable& places);
-  // Reads `t` once: its statistics, and its cast under the slot's delayed scale.
-  // `moments` (optional) adds the statistics menu from the same read.
+  // Reads `t` once: its statistics, and its cast under the slot's delayed scale; then once more
+  // for each other recipe (Fp8Options::recipes), whose blocks `op` and `arg` (the GEMM and the
+  // operand's argument index) place. `moments` (optional) adds the statistics menu.
   stats::Readability probe(const at::Tensor& t, uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places,
-                           TensorStats& out, stats::MomentsAccumulator* moments = nullptr);
+                           TensorStats& out, stats::MomentsAccumulator* moments = nullptr,
+                           const std::string& op = std::string(), int arg = 0);
+  // Whether recipes other than delayed scaling are replayed (they read CPU tensors only).
+  bool other_recipes() const { return !others_.empty(); }
   // The same in two halves, for a tensor read elsewhere (a device) and counted later: the cast's
   // parameters for the slot's delayed scale, then the slot's share of the result.
   struct Target {
@@ -60,13 +65,18 @@ class Fp8Monitor {
     double amax = 0;
     stats::Fp8ProbeResult sums;
     stats::Fp8ProbeParams params;  // of the scaler's scale at this step (fixed within it)
+    std::vector<recipes::RecipeTally> others;  // one per recipe other than delayed, in order
   };
+  // Appends one slot's metrics, and its alarm if a threshold is crossed.
+  void add_metrics(Fp8SlotMetrics m, std::vector<Fp8Alarm>& alarms, std::vector<Fp8SlotMetrics>& metrics) const;
   Slot& slot_for(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places);
   Fp8Options options_;
   std::regex layers_;
   fp8::ScalingTable scalers_;
   std::map<std::pair<uint32_t, int>, Slot> slots_;  // slots used in the open step
   std::vector<int8_t> selected_by_place_;
+  bool delayed_ = true;                          // delayed scaling is among the recipes
+  std::vector<fp8::ScalingRecipe> others_;       // the other recipes, in the order given
 };
 
 }  // namespace core

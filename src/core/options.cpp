@@ -1,6 +1,8 @@
 #include <sentinel/errors.h>
 #include <sentinel/options.h>
 
+#include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -14,7 +16,42 @@ constexpr const char* kStatNames[] = {"min",     "max",      "mean",          "s
 
 static_assert(std::size(kStatNames) == static_cast<size_t>(Stat::Overflows) + 1, "a name for every Stat, in order");
 
+constexpr fp8::ScalingRecipe kRecipes[] = {fp8::ScalingRecipe::Delayed, fp8::ScalingRecipe::Current,
+                                           fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4};
+
+void check_recipes(const std::vector<fp8::ScalingRecipe>& recipes) {
+  if (recipes.empty()) throw OptionError("sentinel: fp8 recipes must name at least one recipe");
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (recipes[i] == recipes[j]) {
+        throw OptionError(std::string("sentinel: fp8 recipes name '") + fp8::recipe_name(recipes[i]) + "' twice");
+      }
+    }
+  }
+}
+
 }  // namespace
+
+fp8::ScalingRecipe parse_recipe(const std::string& name) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (fp8::ScalingRecipe r : kRecipes) {
+    if (lower == fp8::recipe_name(r)) return r;
+  }
+  throw OptionError("sentinel: unknown fp8 recipe '" + name + "' (expected delayed, current, mxfp8 or nvfp4)");
+}
+
+std::vector<fp8::ScalingRecipe> parse_recipes(const std::string& list) {
+  std::vector<fp8::ScalingRecipe> recipes;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    recipes.push_back(parse_recipe(list.substr(start, comma - start)));
+    start = comma + 1;
+  }
+  check_recipes(recipes);
+  return recipes;
+}
 
 const char* stat_name(Stat stat) {
   const auto i = static_cast<size_t>(stat);
@@ -59,6 +96,7 @@ void Options::validate() const {
   if (fp8_.enabled() && !(fp8_.overflow_alarm() >= 0 && fp8_.drift_alarm() >= -1e9)) {
     throw OptionError("sentinel: fp8 alarm thresholds must be numbers, overflow_alarm >= 0");
   }
+  if (fp8_.enabled()) check_recipes(fp8_.recipes());
   if (ranks_.world_size() != -1 && ranks_.world_size() < 1) {
     throw OptionError("sentinel: ranks world_size must be at least 1 (or -1: from the environment), got " +
                       std::to_string(ranks_.world_size()));

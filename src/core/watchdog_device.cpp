@@ -48,9 +48,12 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
       EntryRecord e = core::make_entry(role, index, -1);
       stats::MomentsAccumulator moments;
       stats::MomentsAccumulator* menu = gemm->collect ? &moments : nullptr;
-      const stats::Readability r = gemm->probe
-                                       ? fp8.probe(t, f.place, gemm->role, f.batch_number, places, e.stats, menu)
-                                       : stats::compute_with_moments(t, e.stats, moments);
+      // A gradient's blocks follow the forward GEMM its autograd node differentiates.
+      const uint32_t gemm_op = gemm->role == fp8::Role::Gradient ? f.forward_op : f.op;
+      const stats::Readability r =
+          gemm->probe ? fp8.probe(t, f.place, gemm->role, f.batch_number, places, e.stats, menu,
+                                  fp8.other_recipes() ? strings.at(gemm_op) : std::string(), index)
+                      : stats::compute_with_moments(t, e.stats, moments);
       core::set_readability(e, t, r);
       if (gemm->collect && moments.n > 0) collector.add(f.place, gemm->role, f.batch_number, moments);
       return e;
@@ -61,6 +64,12 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
     warned_device_collect = true;
     opts.output() << "sentinel: statistics collections read CPU tensors only; " << t.device().str()
                   << " tensors are left out of them\n"
+                  << std::flush;
+  }
+  if (gemm && gemm->probe && fp8.other_recipes() && !warned_device_recipes) {
+    warned_device_recipes = true;
+    opts.output() << "sentinel: the fp8 recipes current, mxfp8 and nvfp4 read CPU tensors only; on "
+                  << t.device().str() << " delayed scaling alone is replayed\n"
                   << std::flush;
   }
   const fp8::Role* fp8_role = gemm && gemm->probe ? &gemm->role : nullptr;

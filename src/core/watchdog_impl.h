@@ -124,6 +124,7 @@ struct Watchdog::Impl final : capture::Session {
   dumps::TensorDumper dumper;                    // Options::dumps
   std::vector<int8_t> gemm_by_op;                // by op-name id: -1 unknown, else the operand mask
   bool warned_device_collect = false;
+  bool warned_device_recipes = false;
   // Tensors on a device (CUDA) are read there; their frames wait in `deferred` for the numbers.
   std::unique_ptr<device::StatsDevice> device;   // made at the first such tensor
   bool device_tried = false;

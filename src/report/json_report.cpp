@@ -36,9 +36,10 @@ nlohmann::json entry_json(const Entry& e) {
 }
 
 nlohmann::json fp8_metrics_json(const Fp8SlotMetrics& m) {
-  return {{"step", m.step},
+  nlohmann::json j{{"step", m.step},
           {"module_path", m.module_path},
           {"role", m.role},
+          {"recipe", m.recipe},
           {"format", m.format},
           {"uses", m.uses},
           {"cur_amax", number(m.cur_amax)},
@@ -53,6 +54,18 @@ nlohmann::json fp8_metrics_json(const Fp8SlotMetrics& m) {
           {"mse", number(m.mse)},
           {"cosine", number(m.cosine)},
           {"sqnr_db", number(m.sqnr_db)}};
+  if (m.recipe == "mxfp8" || m.recipe == "nvfp4") {
+    nlohmann::json scales = nlohmann::json::array();
+    for (const auto& [value, blocks] : m.block_scales) scales.push_back({number(value), blocks});
+    j["blocks"] = m.blocks;
+    j["blocks_zero"] = m.blocks_zero;
+    j["blocks_saturated"] = m.blocks_saturated;
+    j["blocks_at_min"] = m.blocks_at_min;
+    j["blocks_nonfinite"] = m.blocks_nonfinite;
+    j["lost"] = m.lost;
+    j["block_scales"] = std::move(scales);
+  }
+  return j;
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // HF's text layout, so that people and the tools that parse HF's reports read ours unchanged.
 #include <sentinel/report.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -60,6 +63,21 @@ std::string render_frame_text(const Frame& frame) {
 }
 
 std::string render_fp8_metrics_text(const Fp8SlotMetrics& m) {
+  if (m.recipe != "delayed") {
+    const std::string head = fmt::format("{} {} {} {}: amax {:.2e}  ", m.module_path.empty() ? "<root>" : m.module_path,
+                                         m.role, m.format, m.recipe, m.cur_amax);
+    std::string scales;
+    if (m.recipe == "current") {
+      scales = fmt::format("scale {:.3e}  ", m.current_scale);
+    } else {
+      scales = fmt::format("blocks {} (zero {}, saturated {}, at min {}, inf/nan {})  ", m.blocks, m.blocks_zero,
+                           m.blocks_saturated, m.blocks_at_min, m.blocks_nonfinite);
+      if (m.recipe == "nvfp4") scales = fmt::format("tensor scale {:.3e}  ", m.current_scale) + scales;
+    }
+    return head + scales +
+           fmt::format("overflow {:.3f}% ({})  underflow {:.3f}% ({})  mse {:.2e}  cosine {:.6f}  sqnr {:.1f} dB",
+                       m.overflow_pct, m.overflow, m.underflow_pct, m.underflow, m.mse, m.cosine, m.sqnr_db);
+  }
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%s %s %s: amax %.2e  delayed scale %.3e  current scale %.3e  drift %+.2f  overflow %.3f%% (%lld)  "
@@ -68,6 +86,48 @@ std::string render_fp8_metrics_text(const Fp8SlotMetrics& m) {
                 m.delayed_scale, m.current_scale, m.drift_log2, m.overflow_pct, static_cast<long long>(m.overflow),
                 m.underflow_pct, static_cast<long long>(m.underflow), m.mse, m.cosine, m.sqnr_db);
   return buf;
+}
+
+std::string render_fp8_recipe_table(const std::vector<Fp8SlotMetrics>& metrics) {
+  std::vector<std::string> recipes, slots;
+  auto add_unique = [](std::vector<std::string>& v, const std::string& s) {
+    if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+  };
+  for (const auto& m : metrics) {
+    add_unique(recipes, m.recipe);
+    add_unique(slots, (m.module_path.empty() ? "<root>" : m.module_path) + " " + m.role);
+  }
+  size_t width = 4;
+  for (const auto& s : slots) width = std::max(width, s.size());
+  std::string out = fmt::format("{:<{}}", "slot", width);
+  std::string sub = fmt::format("{:<{}}", "", width);
+  for (const auto& r : recipes) {
+    out += fmt::format(" | {:<26}", r);
+    sub += fmt::format(" | {:>8} {:>8} {:>8}", "ovf %", "unf %", "sqnr dB");
+  }
+  out += "\n" + sub + "\n";
+  std::string blocks;
+  for (const auto& slot : slots) {
+    out += fmt::format("{:<{}}", slot, width);
+    for (const auto& r : recipes) {
+      const Fp8SlotMetrics* found = nullptr;
+      for (const auto& m : metrics) {
+        if (m.recipe == r && (m.module_path.empty() ? "<root>" : m.module_path) + " " + m.role == slot) found = &m;
+      }
+      if (!found) {
+        out += fmt::format(" | {:>8} {:>8} {:>8}", "-", "-", "-");
+        continue;
+      }
+      out += fmt::format(" | {:>8.3f} {:>8.3f} {:>8.1f}", found->overflow_pct, found->underflow_pct, found->sqnr_db);
+      if (found->blocks > 0) {
+        blocks += fmt::format("{:<{}} {:<6} ({}): {} blocks, {} all zero, {} saturated, {} at the smallest scale, {} with inf/nan\n",
+                              slot, width, r, found->format, found->blocks, found->blocks_zero, found->blocks_saturated,
+                              found->blocks_at_min, found->blocks_nonfinite);
+      }
+    }
+    out += "\n";
+  }
+  return blocks.empty() ? out : out + "\n" + blocks;
 }
 
 std::string render_text(const Report& report) {

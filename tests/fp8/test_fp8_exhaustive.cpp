@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_block_oracle.h"
 #include "cuda_fp8_oracle.h"
+#include "sentinel/microscaling.h"
 #include "sentinel/fp8.h"
 
 namespace sentinel {
@@ -76,6 +78,34 @@ TEST(Fp8Exhaustive, EncodeMatchesCudaOnAllFloats) {
   for (int m = 0; m < kModes; ++m) {
     EXPECT_EQ(mismatches[m], 0u) << mode_name(kAllModes[m]);
   }
+}
+
+// E8M0 in its four modes and E2M1, on every float: the same sweep, counted per conversion.
+TEST(Fp8Exhaustive, E8M0AndE2M1MatchCudaOnAllFloats) {
+  std::atomic<uint64_t> next_chunk{0};
+  std::atomic<uint64_t> e8m0_mismatches{0}, e2m1_mismatches{0};
+  auto work = [&] {
+    uint64_t e8 = 0, e2 = 0;
+    for (;;) {
+      const uint64_t begin = next_chunk.fetch_add(kChunk);
+      if (begin >= kTotal) break;
+      for (uint64_t i = begin; i < begin + kChunk; ++i) {
+        const float x = float_of(static_cast<uint32_t>(i));
+        for (int mode = 0; mode < 4; ++mode) {
+          e8 += e8m0_encode(x, mode & 1, mode & 2) != oracle::cuda_e8m0(x, mode & 1, mode & 2);
+        }
+        e2 += e2m1_encode(x) != oracle::cuda_e2m1(x);
+      }
+    }
+    e8m0_mismatches += e8;
+    e2m1_mismatches += e2;
+  };
+  const unsigned n_threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < n_threads; ++t) threads.emplace_back(work);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(e8m0_mismatches.load(), 0u);
+  EXPECT_EQ(e2m1_mismatches.load(), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,130 @@
+// The low-precision recipes beside delayed scaling, and the scale arithmetic of the block-scaled
+// ones, as TransformerEngine and the OCP Microscaling (MX) v1.0 specification define them.
+//
+//   current  per-tensor FP8: scale = fp8_max / amax(this tensor) / 2^margin (1 when amax is 0
+//            or not finite; FLT_MAX when it overflows), cast x * scale.
+//   mxfp8    blocks of 32 elements along the GEMM's reduction dimension share a power-of-two
+//            E8M0 scale; elements are E4M3 or E5M2.
+//   nvfp4    blocks of 16 E2M1 elements share an E4M3 scale, on top of an FP32 scale per tensor;
+//            weights use 16 x 16 tiles.
+//
+// Every function reproduces the float operations of its reference in the same order, so that
+// the scale codes match bit for bit (docs/fp8.md, "Recipes"). Header-only, host and device.
+#ifndef SENTINEL_BLOCK_SCALING_H_
+#define SENTINEL_BLOCK_SCALING_H_
+
+#include <cfloat>
+#include <cstdint>
+
+#include "sentinel/fp8.h"
+#include "sentinel/microscaling.h"
+
+namespace sentinel {
+namespace fp8 {
+
+enum class ScalingRecipe : uint8_t { Delayed, Current, MXFP8, NVFP4 };
+
+SENTINEL_HOST_DEVICE constexpr const char* recipe_name(ScalingRecipe r) {
+  return r == ScalingRecipe::Delayed ? "delayed"
+         : r == ScalingRecipe::Current ? "current"
+         : r == ScalingRecipe::MXFP8   ? "mxfp8"
+                                       : "nvfp4";
+}
+
+// How an MXFP8 block's E8M0 exponent is chosen from its amax.
+//   RoundUp  (TransformerEngine, the default): 2^ceil(log2(amax / fp8_max)), so no element
+//            overflows: X = e8m0(amax * (1 / fp8_max)) rounded toward +inf, saturating.
+//   OcpFloor (OCP MX v1.0): 2^(floor(log2(amax)) - emax_elem), emax_elem = 8 (E4M3) or 15
+//            (E5M2), clamped below at 2^-127; elements above fp8_max saturate.
+enum class MxScaleRule : uint8_t { RoundUp, OcpFloor };
+
+SENTINEL_HOST_DEVICE constexpr const char* mx_scale_rule_name(MxScaleRule r) {
+  return r == MxScaleRule::RoundUp ? "round_up" : "ocp_floor";
+}
+
+constexpr int kMxBlock = 32;
+constexpr int kNvfp4Block = 16;
+
+// One block's scale: the stored code, the factor elements are multiplied by before the cast,
+// and the factor a cast value is multiplied by to dequantize it.
+struct BlockScale {
+  uint8_t code = 0;       // E8M0 (mxfp8) or E4M3 (nvfp4) code of the block scale
+  float encode = 1.0f;    // elements are cast as cast(x * encode)
+  float decode = 1.0f;    // dequantized value = cast * decode (NaN: the block is lost)
+  bool saturated = false; // the scale was clamped at its largest value
+  bool at_min = false;    // the scale was clamped at its smallest value (nvfp4: it is zero)
+};
+
+// 1 / 2^(code - 127) = 2^(127 - code), built from its float bits (0 for code 0xFE, whose
+// reciprocal 2^-127 is below float's normals: TransformerEngine's exp2f_rcp does the same).
+SENTINEL_HOST_DEVICE inline float e8m0_reciprocal_bits(uint8_t code) {
+  return detail::bits_to_float(static_cast<uint32_t>(254 - code) << 23);
+}
+
+// MXFP8: the scale of a block whose largest |x| (NaN elements ignored, as fmaxf does) is amax.
+SENTINEL_HOST_DEVICE inline BlockScale mxfp8_block_scale(float amax, Format element, MxScaleRule rule) {
+  BlockScale s;
+  if (rule == MxScaleRule::RoundUp) {
+    // TransformerEngine: the reciprocal of fp8_max is a float constant; code 0 encodes with 1
+    // and code 0xFE (2^127, reached only from an infinite amax) with 0, as its exp2f_rcp does.
+    const float max_norm_rcp = static_cast<float>(1.0 / static_cast<double>(max_value(element)));
+    s.code = e8m0_encode(amax * max_norm_rcp, /*round_up=*/true, /*saturate=*/true);
+    s.encode = s.code == 0 ? 1.0f : e8m0_reciprocal_bits(s.code);
+    s.decode = e8m0_decode(s.code);
+    s.saturated = s.code == kE8M0Max;
+    s.at_min = s.code == 0 && amax > 0.0f;
+    return s;
+  }
+  // OCP: floor(log2(amax)) is the exponent field of amax (float subnormals and 0 give the
+  // clamp). A block holding inf or NaN has a NaN scale: all its elements are lost.
+  if (!(amax <= FLT_MAX) || amax != amax) {
+    s.code = kE8M0NaN;
+    s.encode = 0.0f;
+    s.decode = e8m0_decode(kE8M0NaN);
+    return s;
+  }
+  const int emax = element == Format::E4M3 ? 8 : 15;
+  int shared = static_cast<int>(e8m0_encode(amax, /*round_up=*/false, /*saturate=*/true)) - 127 - emax;
+  if (shared < -127) {
+    shared = -127;
+    s.at_min = amax > 0.0f;
+  }
+  s.code = static_cast<uint8_t>(shared + 127);
+  s.encode = e8m0_reciprocal_bits(s.code);
+  s.decode = e8m0_decode(s.code);
+  return s;
+}
+
+// NVFP4: the FP32 scale of the whole tensor, from its amax (TransformerEngine's
+// compute_global_encode_scaling_factor_FP4): 448 * 6 / amax, at most FLT_MAX, and 1 when the
+// amax is 0 or infinite.
+SENTINEL_HOST_DEVICE inline float nvfp4_tensor_scale(float tensor_amax) {
+  float s = 448.0f * kE2M1Max / tensor_amax;
+  s = s < FLT_MAX ? s : FLT_MAX;  // fminf: NaN gives FLT_MAX
+  if (tensor_amax == 0.0f || s == 0.0f) return 1.0f;
+  return s;
+}
+
+// NVFP4: the scale of one block (or 16 x 16 tile) with the tensor's scale S_enc:
+// S_dec_b = e4m3(amax * (S_enc * (1/6))) saturating; elements are cast as
+// e2m1(x * min(1 / (S_dec_b * S_dec), FLT_MAX)) with S_dec = 1 / S_enc (computed in double, as
+// TransformerEngine does), and dequantized as q * (S_dec_b * S_dec).
+SENTINEL_HOST_DEVICE inline BlockScale nvfp4_block_scale(float block_amax, float tensor_scale) {
+  BlockScale s;
+  const float fp4_max_inv = 1.0f / kE2M1Max;
+  const float wanted = block_amax * (tensor_scale * fp4_max_inv);
+  s.code = encode(wanted < FLT_MAX ? wanted : FLT_MAX, Format::E4M3, /*saturate=*/true);
+  s.saturated = encode(wanted, Format::E4M3, /*saturate=*/false) == detail::kNaNCode && wanted == wanted;
+  const float block_decode = decode(s.code, Format::E4M3);
+  const float tensor_decode = static_cast<float>(1.0 / static_cast<double>(tensor_scale));
+  const float inverse = 1.0f / (block_decode * tensor_decode);
+  s.encode = inverse < FLT_MAX ? inverse : FLT_MAX;
+  s.decode = block_decode * tensor_decode;
+  s.at_min = block_decode == 0.0f && block_amax > 0.0f;
+  return s;
+}
+
+}  // namespace fp8
+}  // namespace sentinel
+
+#endif  // SENTINEL_BLOCK_SCALING_H_

@@ -1,0 +1,263 @@
+// The recipes' probes on tensors against a float64 re-implementation whose casts are CUDA's own
+// host conversions: block by block (or tile by tile) the scale, then every element. Counts,
+// block tallies and scale histograms must be equal; MSE, cosine and SQNR agree to 1e-5.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <vector>
+
+#include "fp8/cuda_block_oracle.h"
+#include "fp8/cuda_fp8_oracle.h"
+#include "recipes/block_probe.h"
+#include "recipes/recipe_probe.h"
+#include "stats/simd_level.h"
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+namespace {
+
+using fp8::Format;
+using recipes::BlockLayout;
+using recipes::BlockProbeResult;
+using recipes::BlockRecipe;
+
+struct Reference {
+  int64_t count = 0, overflow = 0, underflow = 0, blocks = 0, zero = 0, saturated = 0, at_min = 0, nonfinite = 0, lost = 0;
+  std::array<int64_t, 256> codes{};
+  double se = 0, xq = 0, xx = 0, qq = 0;
+};
+
+struct Scale {
+  uint8_t code;
+  float encode, decode;
+  bool saturated, at_min;
+};
+
+// A group of values sharing one scale (a block, or a 16 x 16 tile), with the recipe's rule
+// computed from CUDA's conversions.
+Scale reference_scale(const std::vector<float>& group, const BlockRecipe& r, float tensor_scale) {
+  float amax = 0;
+  bool special = false;
+  for (float x : group) {
+    if (std::isnan(x)) special = true;
+    else amax = std::max(amax, std::fabs(x));
+    special = special || std::isinf(x);
+  }
+  const float inf = INFINITY;
+  if (r.kind == fp8::ScalingRecipe::NVFP4) {
+    const uint8_t code = fp8::oracle::cuda_encode(amax * (tensor_scale * (1.0f / 6.0f)), Format::E4M3, true);
+    const float block = fp8::oracle::cuda_decode(code, Format::E4M3);
+    const float s_dec = static_cast<float>(1.0 / static_cast<double>(tensor_scale));
+    const bool saturated = fp8::oracle::cuda_encode(amax * (tensor_scale * (1.0f / 6.0f)), Format::E4M3, false) == 0x7F;
+    return {code, std::fmin(1.0f / (block * s_dec), FLT_MAX), block * s_dec, saturated, block == 0 && amax > 0};
+  }
+  const int emax = r.element == Format::E4M3 ? 8 : 15;
+  if (r.rule == fp8::MxScaleRule::OcpFloor) {
+    if (special) return {0xFF, 0.0f, NAN, false, false};
+    const int floor_log2 = static_cast<int>(fp8::oracle::cuda_e8m0(amax, false, true)) - 127;
+    const int shared = std::max(floor_log2 - emax, -127);
+    return {static_cast<uint8_t>(shared + 127), std::ldexp(1.0f, -shared), std::ldexp(1.0f, shared), false,
+            floor_log2 - emax < -127 && amax > 0};
+  }
+  const float rcp = static_cast<float>(1.0 / fp8::max_value(r.element));
+  const uint8_t code = fp8::oracle::cuda_e8m0(amax * rcp, true, true);
+  const float enc = code == 0 ? 1.0f : (code == 254 ? 0.0f : std::ldexp(1.0f, 254 - code - 127));
+  (void)inf;
+  return {code, enc, fp8::oracle::cuda_e8m0_value(code), code == 254, code == 0 && amax > 0};
+}
+
+// The element cast: CUDA's conversion of |x| * encode; `overflow` when it rounds above max.
+float reference_cast(float ax, float encode, const BlockRecipe& r, bool& overflow) {
+  const float a = ax * encode;
+  if (r.kind == fp8::ScalingRecipe::NVFP4) {
+    overflow = a >= 7.0f;  // 7 is the tie between 6 and 8, which goes to 8 (even)
+    return fp8::oracle::cuda_e2m1_value(fp8::oracle::cuda_e2m1(a));
+  }
+  const uint8_t nosat = fp8::oracle::cuda_encode(a, r.element, false);
+  overflow = (nosat & 0x7F) == (r.element == Format::E4M3 ? 0x7F : 0x7C);
+  return fp8::oracle::cuda_decode(fp8::oracle::cuda_encode(a, r.element, true), r.element);
+}
+
+void reference_group(const std::vector<float>& group, const BlockRecipe& r, float tensor_scale, Reference& ref) {
+  const Scale s = reference_scale(group, r, tensor_scale);
+  ++ref.blocks;
+  bool special = false;
+  float amax = 0;
+  for (float x : group) {
+    special = special || !std::isfinite(x);
+    if (!std::isnan(x)) amax = std::max(amax, std::fabs(x));
+  }
+  ref.zero += amax == 0;
+  ref.nonfinite += special;
+  ref.saturated += s.saturated;
+  ref.at_min += s.at_min;
+  ++ref.codes[s.code];
+  for (float x : group) {
+    if (!std::isfinite(x)) continue;
+    if (std::isnan(s.decode)) {
+      ++ref.lost;
+      continue;
+    }
+    ++ref.count;
+    const float ax = std::fabs(x);
+    bool overflow = false;
+    const float q = reference_cast(ax, s.encode, r, overflow);
+    if (s.decode > 0) ref.overflow += overflow;
+    ref.underflow += ax != 0 && (q == 0 || s.decode == 0);
+    const double xh = static_cast<double>(q) * s.decode;
+    ref.se += (ax - xh) * (ax - xh);
+    ref.xq += ax * xh;
+    ref.xx += static_cast<double>(ax) * ax;
+    ref.qq += xh * xh;
+  }
+}
+
+float nan_ignoring_amax(const torch::Tensor& f) {
+  auto a = f.abs();
+  a = torch::where(torch::isnan(a), torch::zeros_like(a), a);
+  return a.numel() ? a.max().item<float>() : 0.0f;
+}
+
+Reference reference_probe(const torch::Tensor& t, const BlockRecipe& r, const BlockLayout& layout) {
+  const auto f = t.to(torch::kFloat);  // float64 rounds, the others are exact
+  const float tensor_scale = fp8::nvfp4_tensor_scale(nan_ignoring_amax(f));
+  const int B = r.kind == fp8::ScalingRecipe::NVFP4 ? 16 : 32;
+  Reference ref;
+  if (layout.tiles_2d) {
+    const auto m = f.contiguous().reshape({-1, f.size(-2), f.size(-1)});
+    for (int64_t i = 0; i < m.size(0); ++i) {
+      for (int64_t r0 = 0; r0 < m.size(1); r0 += B) {
+        for (int64_t c0 = 0; c0 < m.size(2); c0 += B) {
+          const auto tile = m[i].slice(0, r0, r0 + B).slice(1, c0, c0 + B).contiguous();
+          std::vector<float> group(tile.data_ptr<float>(), tile.data_ptr<float>() + tile.numel());
+          reference_group(group, r, tensor_scale, ref);
+        }
+      }
+    }
+    return ref;
+  }
+  const int64_t dim = layout.dim < 0 ? layout.dim + t.dim() : layout.dim;
+  const auto lines = f.movedim(dim, -1).contiguous().reshape({-1, f.size(dim)});
+  for (int64_t i = 0; i < lines.size(0); ++i) {
+    const float* p = lines[i].data_ptr<float>();
+    for (int64_t k0 = 0; k0 < lines.size(1); k0 += B) {
+      std::vector<float> group(p + k0, p + std::min<int64_t>(k0 + B, lines.size(1)));
+      reference_group(group, r, tensor_scale, ref);
+    }
+  }
+  return ref;
+}
+
+void expect_close(double ours, double want, const char* what) {
+  EXPECT_NEAR(ours, want, 1e-5 * std::fabs(want) + 1e-300) << what;
+}
+
+void expect_matches(const BlockProbeResult& got, const Reference& want) {
+  EXPECT_EQ(got.cast.count, want.count);
+  EXPECT_EQ(got.cast.overflow, want.overflow);
+  EXPECT_EQ(got.cast.underflow, want.underflow);
+  EXPECT_EQ(got.blocks, want.blocks);
+  EXPECT_EQ(got.blocks_zero, want.zero);
+  EXPECT_EQ(got.blocks_saturated, want.saturated);
+  EXPECT_EQ(got.blocks_at_min, want.at_min);
+  EXPECT_EQ(got.blocks_nonfinite, want.nonfinite);
+  EXPECT_EQ(got.lost, want.lost);
+  for (int c = 0; c < 256; ++c) EXPECT_EQ(got.scale_codes[c], want.codes[c]) << "scale code " << c;
+  expect_close(got.cast.sum_sq_error, want.se, "sum of squared errors");
+  expect_close(got.cast.sum_x_q, want.xq, "sum x * x_hat");
+  expect_close(got.cast.sum_x_sq, want.xx, "sum x^2");
+  expect_close(got.cast.sum_q_sq, want.qq, "sum x_hat^2");
+}
+
+// Rows of very different magnitudes, and the blocks that break naive code: all zero, one huge
+// value among small ones, float subnormals, inf and NaN inside a block, -0.
+torch::Tensor adversarial(std::vector<int64_t> shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto t = torch::randn(shape, torch::kDouble);
+  auto flat = t.view({-1});
+  const int64_t n = flat.numel();
+  for (int64_t i = 0; i < n; ++i) flat[i] = flat[i].item<double>() * std::pow(10.0, static_cast<int>(i / 40 % 17) - 8);
+  auto set = [&](int64_t i, double v) {
+    if (i < n) flat[i] = v;
+  };
+  for (int64_t i = 64; i < 128; ++i) set(i, 0.0);
+  set(130, 3e38);
+  set(200, 1e-42);
+  set(201, -3e-41);
+  set(260, INFINITY);
+  set(300, NAN);
+  set(340, -0.0);
+  set(350, 1e30);
+  return t;
+}
+
+struct Case {
+  std::vector<int64_t> shape;
+  int dim;
+  bool transpose;  // probe t.t() (a view) instead of t
+  bool tiles;
+};
+
+TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
+  const Case cases[] = {{{6, 96}, -1, false, false}, {{5, 37}, -1, false, false}, {{37, 5}, 0, false, false},
+                        {{40, 64}, 0, true, false},  {{2, 3, 50}, 1, false, false}, {{40, 37}, -1, false, true},
+                        {{33, 70}, -1, true, true},  {{16, 16}, -1, false, true},   {{1, 1}, -1, false, false}};
+  const BlockRecipe recipes[] = {{fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::RoundUp},
+                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::RoundUp},
+                                 {fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::OcpFloor},
+                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::OcpFloor},
+                                 {fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}};
+  int checked = 0;
+  for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
+    if (!stats::cpu_supports(level)) continue;
+    stats::force_simd_level_for_testing(level);
+    for (const Case& c : cases) {
+      for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf}) {
+        auto t = adversarial(c.shape, 3).to(dtype);
+        if (c.transpose) t = t.t();
+        for (const BlockRecipe& r : recipes) {
+          if (c.tiles && r.kind != fp8::ScalingRecipe::NVFP4) continue;
+          SCOPED_TRACE(std::string(stats::to_string(level)) + " " + fp8::recipe_name(r.kind) + " " +
+                       fp8::format_name(r.element) + " " + fp8::mx_scale_rule_name(r.rule) + " " + c10::toString(dtype) +
+                       " " + c10::str(t.sizes()) + (c.tiles ? " tiles" : " dim " + std::to_string(c.dim)));
+          const BlockLayout layout{c.dim, c.tiles};
+          BlockProbeResult got;
+          ASSERT_TRUE(recipes::probe_blocks(t, r, layout, nan_ignoring_amax(t.to(torch::kFloat)), got));
+          expect_matches(got, reference_probe(t, r, layout));
+          ++checked;
+        }
+      }
+    }
+  }
+  stats::force_simd_level_for_testing(std::nullopt);
+  EXPECT_GT(checked, 100);
+}
+
+TEST(BlockRecipes, LargeContiguousTensorsReadInPlaceAgreeWithTheReference) {
+  torch::manual_seed(5);
+  const auto t = torch::randn({64, 4096}) * torch::logspace(-6, 6, 64).unsqueeze(1);  // 256 KiB lines
+  for (const BlockRecipe& r : {BlockRecipe{fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::RoundUp},
+                               BlockRecipe{fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}}) {
+    BlockProbeResult got;
+    ASSERT_TRUE(recipes::probe_blocks(t, r, BlockLayout{-1, false}, nan_ignoring_amax(t), got));
+    expect_matches(got, reference_probe(t, r, BlockLayout{-1, false}));
+  }
+}
+
+TEST(BlockRecipes, UnreadableTensorsAreNotProbed) {
+  BlockProbeResult got;
+  const BlockRecipe r{};
+  EXPECT_FALSE(recipes::probe_blocks(torch::empty({0, 32}), r, BlockLayout{}, 0.0f, got));
+  EXPECT_FALSE(recipes::probe_blocks(torch::ones({4, 32}, torch::kInt), r, BlockLayout{}, 0.0f, got));
+  EXPECT_FALSE(recipes::probe_blocks(torch::empty({4, 32}, torch::TensorOptions().device(torch::kMeta)), r,
+                                     BlockLayout{}, 0.0f, got));
+  EXPECT_EQ(got.cast.count, 0);
+}
+
+}  // namespace
+}  // namespace sentinel

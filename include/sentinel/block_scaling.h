@@ -67,7 +67,7 @@ SENTINEL_HOST_DEVICE inline BlockScale mxfp8_block_scale(float amax, Format elem
   if (rule == MxScaleRule::RoundUp) {
     // TransformerEngine: the reciprocal of fp8_max is a float constant; code 0 encodes with 1
     // and code 0xFE (2^127, reached only from an infinite amax) with 0, as its exp2f_rcp does.
-    const float max_norm_rcp = static_cast<float>(1.0 / static_cast<double>(max_value(element)));
+    const float max_norm_rcp = element == Format::E4M3 ? static_cast<float>(1.0 / 448.0) : static_cast<float>(1.0 / 57344.0);
     s.code = e8m0_encode(amax * max_norm_rcp, /*round_up=*/true, /*saturate=*/true);
     s.encode = s.code == 0 ? 1.0f : e8m0_reciprocal_bits(s.code);
     s.decode = e8m0_decode(s.code);

@@ -11,12 +11,40 @@
 namespace sentinel {
 namespace recipes {
 
+namespace {
+
+// The two thresholds of a format, by binary search over float bit patterns (the cast is
+// monotonic in its input): the largest scaled value that does not overflow, and the largest
+// that rounds to zero.
+void find_thresholds(ElementFormat& e) {
+  auto last_true = [](auto&& pred) {  // pred true at 0 and monotonic: the last bits where it holds
+    uint32_t lo = 0, hi = 0x7F800000u;  // pred(lo); !pred(hi) (inf overflows and is not zero)
+    while (hi - lo > 1) {
+      const uint32_t mid = lo + (hi - lo) / 2;
+      (pred(mid) ? lo : hi) = mid;
+    }
+    return fp8::detail::bits_to_float(lo);
+  };
+  e.overflow_above = last_true([&](uint32_t bits) {
+    bool overflow = false;
+    cast_scaled(fp8::detail::bits_to_float(bits), 1.0f, e, overflow);
+    return !overflow;
+  });
+  e.zero_at_most = last_true([&](uint32_t bits) {
+    bool overflow = false;
+    return cast_scaled(fp8::detail::bits_to_float(bits), 1.0f, e, overflow) == 0.0f;
+  });
+}
+
+}  // namespace
+
 ElementFormat element_format(fp8::Format f) {
   ElementFormat e;
   e.max = fp8::max_value(f);
   e.magic_floor = fp8::min_subnormal(f) * 8388608.0f;  // * 2^23: the subnormal range's quantum
   e.magic_offset = static_cast<uint32_t>(23 - (f == fp8::Format::E4M3 ? 3 : 2)) << 23;
   e.name = fp8::format_name(f);
+  find_thresholds(e);
   return e;
 }
 
@@ -26,6 +54,7 @@ ElementFormat e2m1_format() {
   e.magic_floor = 0.5f * 8388608.0f;             // the quantum below 1 (subnormals) is 0.5
   e.magic_offset = static_cast<uint32_t>(23 - 1) << 23;  // one mantissa bit
   e.name = "E2M1";
+  find_thresholds(e);
   return e;
 }
 
@@ -62,13 +91,41 @@ __attribute__((always_inline)) inline void load_abs(const float* p, typename Vec
   std::memcpy(&out, &m, sizeof out);
 }
 
+// Folds the lanes in halves (a shuffle and a max or an or each), leaving lane 0 with the max of
+// `mx` and the or of `odd`: a lane-by-lane loop is as many extractions as lanes.
+template <int kBytes>
+__attribute__((always_inline)) inline void fold_lanes(typename Vec<kBytes>::V& mx, typename Vec<kBytes>::M& odd) {
+  using V = typename Vec<kBytes>::V;
+  using M = typename Vec<kBytes>::M;
+  auto step = [&](const V& t, const M& o) {
+    mx = t > mx ? t : mx;
+    odd |= o;
+  };
+#define SENTINEL_FOLD(...) step(__builtin_shufflevector(mx, mx, __VA_ARGS__), __builtin_shufflevector(odd, odd, __VA_ARGS__))
+  if constexpr (Vec<kBytes>::L == 16) {
+    SENTINEL_FOLD(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    SENTINEL_FOLD(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    SENTINEL_FOLD(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    SENTINEL_FOLD(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
+  } else if constexpr (Vec<kBytes>::L == 8) {
+    SENTINEL_FOLD(4, 5, 6, 7, 0, 1, 2, 3);
+    SENTINEL_FOLD(2, 3, 0, 1, 6, 7, 4, 5);
+    SENTINEL_FOLD(1, 0, 3, 2, 5, 4, 7, 6);
+  } else {
+    static_assert(Vec<kBytes>::L == 4, "16, 32 or 64-byte vectors");
+    SENTINEL_FOLD(2, 3, 0, 1);
+    SENTINEL_FOLD(1, 0, 3, 2);
+  }
+#undef SENTINEL_FOLD
+}
+
 template <int kBytes>
 __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t nblocks, int block, float* amax,
                                                        uint8_t* special) {
   using V = typename Vec<kBytes>::V;
   using M = typename Vec<kBytes>::M;
   constexpr int L = Vec<kBytes>::L;
-  const V big = V{} + FLT_MAX;
+  const M inf_bits = M{} + 0x7f800000;
   for (int64_t k = 0; k < nblocks; ++k) {
     const float* b = p + k * block;
     V mx = V{};
@@ -76,17 +133,14 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
     for (int i = 0; i < block; i += L) {
       V ax;
       load_abs<kBytes>(b + i, ax);
-      mx = ax > mx ? ax : mx;           // NaN lanes compare false: ignored
-      odd |= ~(ax <= big);              // inf and NaN
+      mx = ax > mx ? ax : mx;  // NaN lanes compare false: ignored
+      M bits;
+      std::memcpy(&bits, &ax, sizeof bits);
+      odd |= bits >= inf_bits;  // inf and NaN, as one integer comparison (a NaN-aware float one is scalarised)
     }
-    float m = 0;
-    int32_t o = 0;
-    for (int l = 0; l < L; ++l) {
-      m = mx[l] > m ? mx[l] : m;
-      o |= odd[l];
-    }
-    amax[k] = m;
-    special[k] = o != 0;
+    fold_lanes<kBytes>(mx, odd);
+    amax[k] = mx[0];
+    special[k] = odd[0] != 0;
   }
 }
 
@@ -99,8 +153,11 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
   using U = typename Vec<kBytes>::U;
   constexpr int L = Vec<kBytes>::L;
   const V vmax = V{} + e.max, vfloor = V{} + e.magic_floor, zero = V{};
+  const V vover = V{} + e.overflow_above, vunder = V{} + e.zero_at_most;
   const U exp_mask = U{} + 0x7f800000u, offset = U{} + e.magic_offset;
-  M over = M{}, under = M{};
+  // Counts by thresholds on the scaled value (rounding is monotonic in it), one plain comparison
+  // each: masks combined with & or ~ make the compiler scalarise the AVX-512 clone.
+  M over = M{}, below = M{}, zeros = M{};
   V se = V{}, xq = V{}, xx = V{}, qq = V{};
   int64_t in_lanes = 0;  // elements summed in the float lanes since they were last widened
   auto widen = [&]() {
@@ -128,9 +185,10 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
       std::memcpy(&magic, &mbits, sizeof magic);
       magic = magic > vfloor ? magic : vfloor;
       const V q0 = (a + magic) - magic;
-      over -= ~(q0 <= vmax);
-      const V q = q0 < vmax ? q0 : vmax;
-      under -= (ax != zero) & (q == zero);
+      over -= a > vover;
+      below -= a <= vunder;
+      zeros -= ax == zero;
+      const V q = q0 < vmax ? q0 : vmax;  // NaN (a value too large for its magic): max
       const V xh = q * vdec;
       const V err = ax - xh;
       se += err * err;
@@ -144,7 +202,7 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
   widen();
   for (int l = 0; l < L; ++l) {
     out.overflow += static_cast<uint32_t>(over[l]);
-    out.underflow += static_cast<uint32_t>(under[l]);
+    out.underflow += static_cast<uint32_t>(below[l] - zeros[l]);  // below counts the zeros too
   }
 }
 

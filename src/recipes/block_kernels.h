@@ -18,6 +18,8 @@ struct ElementFormat {
   float magic_floor = 0;
   uint32_t magic_offset = 0;
   const char* name = "E4M3";
+  float overflow_above = 464.0f;  // scaled values above this round above max (and saturate)
+  float zero_at_most = 0;         // scaled values at or below this round to zero
 };
 ElementFormat element_format(fp8::Format f);
 ElementFormat e2m1_format();

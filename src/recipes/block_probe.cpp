@@ -54,6 +54,7 @@ class BlockCaster {
         block_(r.kind == fp8::ScalingRecipe::NVFP4 ? fp8::kNvfp4Block : fp8::kMxBlock),
         element_(r.kind == fp8::ScalingRecipe::NVFP4 ? e2m1_format() : element_format(r.element)),
         tensor_scale_(fp8::nvfp4_tensor_scale(tensor_amax)),
+        ocp_(r.kind == fp8::ScalingRecipe::MXFP8 && r.rule == fp8::MxScaleRule::OcpFloor),
         out_(out) {}
 
   int block() const { return block_; }
@@ -68,37 +69,32 @@ class BlockCaster {
     encode_.resize(nblocks);
     decode_.resize(nblocks);
     skip_.resize(nblocks);
-    scales_.resize(nblocks);
     block_amaxes(p, nblocks, block_, amax_.data(), special_.data());
-    const int64_t per_row = tile_rows > 0 ? nblocks / tile_rows : 1;
-    for (int64_t k = 0; k < nblocks; ++k) {
-      const bool first_of_scale = tile_rows == 0 || k < per_row;
-      if (!first_of_scale) {
-        scales_[k] = scales_[k % per_row];
-      } else {
-        float amax = amax_[k];
-        bool special = special_[k];
-        for (int64_t r = 1; tile_rows > 0 && r < tile_rows; ++r) {
-          amax = std::max(amax, amax_[k + r * per_row]);
-          special = special || special_[k + r * per_row];
-        }
-        // The OCP rule gives a block holding inf or NaN a NaN scale; TransformerEngine's amax
-        // (fmaxf) ignores NaN and lets an inf saturate the scale.
-        const bool ocp = recipe_.kind == fp8::ScalingRecipe::MXFP8 && recipe_.rule == fp8::MxScaleRule::OcpFloor;
-        scales_[k] = scale_for(special && ocp ? INFINITY : amax);
-        tally(scales_[k], amax, special);
+    const int64_t per_row = tile_rows > 0 ? nblocks / tile_rows : nblocks;
+    for (int64_t k = 0; k < per_row; ++k) {  // one scale per block, or per tile (column of blocks)
+      float amax = amax_[k];
+      bool special = special_[k];
+      for (int64_t r = 1; r < tile_rows; ++r) {
+        amax = std::max(amax, amax_[k + r * per_row]);
+        special = special || special_[k + r * per_row];
       }
-      const fp8::BlockScale& s = scales_[k];
-      encode_[k] = s.encode;
-      decode_[k] = s.decode;
-      skip_[k] = special_[k] || !(s.decode > 0.0f && s.decode <= FLT_MAX) || s.encode == 0.0f ||
-                 amax_[k] >= kLargeForFloatSums || amax_[k] < kSmallForFloatSums;
+      // The OCP rule gives a block holding inf or NaN a NaN scale; TransformerEngine's amax
+      // (fmaxf) ignores NaN and lets an inf saturate the scale.
+      const fp8::BlockScale s = scale_for(special && ocp_ ? INFINITY : amax);
+      tally(s, amax, special);
+      for (int64_t r = 0; r < std::max<int64_t>(tile_rows, 1); ++r) {
+        const int64_t j = k + r * per_row;
+        encode_[j] = s.encode;
+        decode_[j] = s.decode;
+        skip_[j] = special_[j] || !(s.decode > 0.0f && s.decode <= FLT_MAX) || s.encode == 0.0f ||
+                   amax_[j] >= kLargeForFloatSums || amax_[j] < kSmallForFloatSums;
+      }
     }
     BlockSums sums;
     cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), skip_.data(), element_, sums);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
     for (int64_t k = 0; k < nblocks; ++k) {
-      if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, scales_[k], sums);
+      if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k], sums);
     }
     out_.cast.count += elements - excluded;
     out_.cast.overflow += sums.overflow;
@@ -126,7 +122,7 @@ class BlockCaster {
 
   // One block element by element, sums in double: blocks with inf/NaN, a lost or zero scale, or
   // values whose squares leave float's range. Returns the elements left out of `count`.
-  int64_t exact_block(const float* p, int n, const fp8::BlockScale& s, BlockSums& sums) {
+  int64_t exact_block(const float* p, int n, float encode, float decode, BlockSums& sums) {
     int64_t excluded = 0;
     for (int i = 0; i < n; ++i) {
       const float ax = std::fabs(p[i]);
@@ -134,16 +130,16 @@ class BlockCaster {
         ++excluded;  // inf and NaN: the statistics count them
         continue;
       }
-      if (!(s.decode == s.decode)) {
+      if (!(decode == decode)) {
         ++excluded;
         ++out_.lost;
         continue;
       }
       bool overflow = false;
-      const float q = cast_scaled(ax, s.encode, element_, overflow);
-      const double xh = static_cast<double>(q) * s.decode;
-      if (s.decode > 0.0f) sums.overflow += overflow;
-      sums.underflow += ax != 0.0f && (q == 0.0f || s.decode == 0.0f);
+      const float q = cast_scaled(ax, encode, element_, overflow);
+      const double xh = static_cast<double>(q) * decode;
+      if (decode > 0.0f) sums.overflow += overflow;
+      sums.underflow += ax != 0.0f && (q == 0.0f || decode == 0.0f);
       const double err = ax - xh;
       sums.sum_sq_error += err * err;
       sums.sum_x_xhat += ax * xh;
@@ -157,10 +153,10 @@ class BlockCaster {
   int block_;
   ElementFormat element_;
   float tensor_scale_;
+  bool ocp_;
   BlockProbeResult& out_;
   std::vector<float> amax_, encode_, decode_;
   std::vector<uint8_t> special_, skip_;
-  std::vector<fp8::BlockScale> scales_;
 };
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }

@@ -50,10 +50,11 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
       stats::MomentsAccumulator* menu = gemm->collect ? &moments : nullptr;
       // A gradient's blocks follow the forward GEMM its autograd node differentiates.
       const uint32_t gemm_op = gemm->role == fp8::Role::Gradient ? f.forward_op : f.op;
-      const stats::Readability r =
-          gemm->probe ? fp8.probe(t, f.place, gemm->role, f.batch_number, places, e.stats, menu,
-                                  fp8.other_recipes() ? strings.at(gemm_op) : std::string(), index)
-                      : stats::compute_with_moments(t, e.stats, moments);
+      static const std::string kNoOp;
+      const std::string& op_name = fp8.other_recipes() ? strings.at(gemm_op) : kNoOp;  // no copy
+      const stats::Readability r = gemm->probe
+                                       ? fp8.probe(t, f.place, gemm->role, f.batch_number, places, e.stats, menu, op_name, index)
+                                       : stats::compute_with_moments(t, e.stats, moments);
       core::set_readability(e, t, r);
       if (gemm->collect && moments.n > 0) collector.add(f.place, gemm->role, f.batch_number, moments);
       return e;

@@ -11,64 +11,16 @@
 namespace sentinel {
 namespace recipes {
 
-namespace {
+stats::Fp8ProbeParams element_format(fp8::Format f) { return stats::make_fp8_probe_params(1.0f, f); }
 
-// The two thresholds of a format, by binary search over float bit patterns (the cast is
-// monotonic in its input): the largest scaled value that does not overflow, and the largest
-// that rounds to zero.
-void find_thresholds(ElementFormat& e) {
-  auto last_true = [](auto&& pred) {  // pred true at 0 and monotonic: the last bits where it holds
-    uint32_t lo = 0, hi = 0x7F800000u;  // pred(lo); !pred(hi) (inf overflows and is not zero)
-    while (hi - lo > 1) {
-      const uint32_t mid = lo + (hi - lo) / 2;
-      (pred(mid) ? lo : hi) = mid;
-    }
-    return fp8::detail::bits_to_float(lo);
-  };
-  e.overflow_above = last_true([&](uint32_t bits) {
-    bool overflow = false;
-    cast_scaled(fp8::detail::bits_to_float(bits), 1.0f, e, overflow);
-    return !overflow;
-  });
-  e.zero_at_most = last_true([&](uint32_t bits) {
-    bool overflow = false;
-    return cast_scaled(fp8::detail::bits_to_float(bits), 1.0f, e, overflow) == 0.0f;
-  });
+stats::Fp8ProbeParams e2m1_format() {
+  return stats::make_element_params(1.0f, fp8::kE2M1Max, /*min_subnormal=*/0.5f, /*mantissa_bits=*/1);
 }
 
-}  // namespace
-
-ElementFormat element_format(fp8::Format f) {
-  ElementFormat e;
-  e.max = fp8::max_value(f);
-  e.magic_floor = fp8::min_subnormal(f) * 8388608.0f;  // * 2^23: the subnormal range's quantum
-  e.magic_offset = static_cast<uint32_t>(23 - (f == fp8::Format::E4M3 ? 3 : 2)) << 23;
-  e.name = fp8::format_name(f);
-  find_thresholds(e);
-  return e;
-}
-
-ElementFormat e2m1_format() {
-  ElementFormat e;
-  e.max = fp8::kE2M1Max;
-  e.magic_floor = 0.5f * 8388608.0f;             // the quantum below 1 (subnormals) is 0.5
-  e.magic_offset = static_cast<uint32_t>(23 - 1) << 23;  // one mantissa bit
-  e.name = "E2M1";
-  find_thresholds(e);
-  return e;
-}
-
-float cast_scaled(float ax, float encode, const ElementFormat& e, bool& overflow) {
-  const float a = ax * encode;
-  uint32_t bits;
-  std::memcpy(&bits, &a, sizeof bits);
-  bits = (bits & 0x7F800000u) + e.magic_offset;
-  float magic;
-  std::memcpy(&magic, &bits, sizeof magic);
-  magic = magic > e.magic_floor ? magic : e.magic_floor;
-  const float q0 = (a + magic) - magic;
+float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& overflow) {
+  const float q0 = stats::fp8_round_scaled(ax * encode, e);
   overflow = !(q0 <= e.max);
-  return q0 < e.max ? q0 : e.max;  // NaN (a value too large for its magic): max
+  return stats::fp8_saturate(q0, e.max);  // NaN (a value too large for its magic): max
 }
 
 namespace {
@@ -146,14 +98,14 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
 
 template <int kBytes>
 __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nblocks, int block, const float* encode,
-                                                     const float* decode, const uint8_t* skip, const ElementFormat& e,
-                                                     BlockSums& out) {
+                                                     const float* decode, const uint8_t* skip,
+                                                     const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   using V = typename Vec<kBytes>::V;
   using M = typename Vec<kBytes>::M;
   using U = typename Vec<kBytes>::U;
   constexpr int L = Vec<kBytes>::L;
   const V vmax = V{} + e.max, vfloor = V{} + e.magic_floor, zero = V{};
-  const V vover = V{} + e.overflow_above, vunder = V{} + e.zero_at_most;
+  const V vover = V{} + e.overflow_above, vbelow = V{} + e.underflow_below;
   const U exp_mask = U{} + 0x7f800000u, offset = U{} + e.magic_offset;
   // Counts by thresholds on the scaled value (rounding is monotonic in it), one plain comparison
   // each: masks combined with & or ~ make the compiler scalarise the AVX-512 clone.
@@ -163,9 +115,9 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
   auto widen = [&]() {
     for (int l = 0; l < L; ++l) {
       out.sum_sq_error += se[l];
-      out.sum_x_xhat += xq[l];
+      out.sum_x_q += xq[l];
       out.sum_x_sq += xx[l];
-      out.sum_xhat_sq += qq[l];
+      out.sum_q_sq += qq[l];
     }
     se = xq = xx = qq = V{};
     in_lanes = 0;
@@ -186,7 +138,7 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
       magic = magic > vfloor ? magic : vfloor;
       const V q0 = (a + magic) - magic;
       over -= a > vover;
-      below -= a <= vunder;
+      below -= a < vbelow;
       zeros -= ax == zero;
       const V q = q0 < vmax ? q0 : vmax;  // NaN (a value too large for its magic): max
       const V xh = q * vdec;
@@ -219,16 +171,16 @@ __attribute__((noinline)) void amaxes_baseline(const float* p, int64_t n, int b,
 
 __attribute__((target("arch=x86-64-v4"), noinline)) void cast_v4(const float* p, int64_t n, int b, const float* enc,
                                                                  const float* dec, const uint8_t* skip,
-                                                                 const ElementFormat& e, BlockSums& out) {
+                                                                 const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   cast_body<64>(p, n, b, enc, dec, skip, e, out);
 }
 __attribute__((target("arch=x86-64-v3"), noinline)) void cast_v3(const float* p, int64_t n, int b, const float* enc,
                                                                  const float* dec, const uint8_t* skip,
-                                                                 const ElementFormat& e, BlockSums& out) {
+                                                                 const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   cast_body<32>(p, n, b, enc, dec, skip, e, out);
 }
 __attribute__((noinline)) void cast_baseline(const float* p, int64_t n, int b, const float* enc, const float* dec,
-                                             const uint8_t* skip, const ElementFormat& e, BlockSums& out) {
+                                             const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   cast_body<16>(p, n, b, enc, dec, skip, e, out);
 }
 
@@ -244,7 +196,7 @@ void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8
 }
 
 void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,
-                 const uint8_t* skip, const ElementFormat& e, BlockSums& out) {
+                 const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   switch (stats::simd_level()) {
     case stats::SimdLevel::V4: return cast_v4(p, nblocks, block, encode, decode, skip, e, out);
     case stats::SimdLevel::V3: return cast_v3(p, nblocks, block, encode, decode, skip, e, out);

@@ -90,19 +90,12 @@ class BlockCaster {
                    amax_[j] >= kLargeForFloatSums || amax_[j] < kSmallForFloatSums;
       }
     }
-    BlockSums sums;
-    cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), skip_.data(), element_, sums);
+    cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), skip_.data(), element_, out_.cast);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
     for (int64_t k = 0; k < nblocks; ++k) {
-      if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k], sums);
+      if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k]);
     }
     out_.cast.count += elements - excluded;
-    out_.cast.overflow += sums.overflow;
-    out_.cast.underflow += sums.underflow;
-    out_.cast.sum_sq_error += sums.sum_sq_error;
-    out_.cast.sum_x_q += sums.sum_x_xhat;
-    out_.cast.sum_x_sq += sums.sum_x_sq;
-    out_.cast.sum_q_sq += sums.sum_xhat_sq;
   }
 
  private:
@@ -122,7 +115,8 @@ class BlockCaster {
 
   // One block element by element, sums in double: blocks with inf/NaN, a lost or zero scale, or
   // values whose squares leave float's range. Returns the elements left out of `count`.
-  int64_t exact_block(const float* p, int n, float encode, float decode, BlockSums& sums) {
+  int64_t exact_block(const float* p, int n, float encode, float decode) {
+    stats::Fp8ProbeResult& sums = out_.cast;
     int64_t excluded = 0;
     for (int i = 0; i < n; ++i) {
       const float ax = std::fabs(p[i]);
@@ -142,16 +136,16 @@ class BlockCaster {
       sums.underflow += ax != 0.0f && (q == 0.0f || decode == 0.0f);
       const double err = ax - xh;
       sums.sum_sq_error += err * err;
-      sums.sum_x_xhat += ax * xh;
+      sums.sum_x_q += ax * xh;
       sums.sum_x_sq += static_cast<double>(ax) * ax;
-      sums.sum_xhat_sq += xh * xh;
+      sums.sum_q_sq += xh * xh;
     }
     return excluded;
   }
 
   BlockRecipe recipe_;
   int block_;
-  ElementFormat element_;
+  stats::Fp8ProbeParams element_;
   float tensor_scale_;
   bool ocp_;
   BlockProbeResult& out_;

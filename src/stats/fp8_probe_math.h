@@ -70,14 +70,16 @@ struct Fp8ProbeAccumulator {
   }
 };
 
-// Host side: the constants and both thresholds for a (scale, format), each threshold by a binary
-// search over float bit patterns (rounding |x| * scale is monotonic in |x|).
-inline Fp8ProbeParams make_fp8_probe_params(float scale, fp8::Format f) {
+// Host side: the constants and both thresholds for a scale and an element format with
+// subnormals and saturation (FP8's, and the block recipes' E2M1: its largest value, smallest
+// subnormal and mantissa bits), each threshold by a binary search over float bit patterns
+// (rounding |x| * scale is monotonic in |x|).
+inline Fp8ProbeParams make_element_params(float scale, float max, float min_subnormal, int mantissa_bits) {
   Fp8ProbeParams p;
   p.scale = scale;
-  p.max = fp8::max_value(f);
-  p.magic_floor = fp8::min_subnormal(f) * 8388608.0f;  // * 2^23
-  p.magic_offset = static_cast<uint32_t>(23 - (f == fp8::Format::E4M3 ? 3 : 2)) << 23;
+  p.max = max;
+  p.magic_floor = min_subnormal * 8388608.0f;  // * 2^23
+  p.magic_offset = static_cast<uint32_t>(23 - mantissa_bits) << 23;
   auto rounded = [&](uint32_t bits) { return fp8_round_scaled(fp8::detail::bits_to_float(bits) * scale, p); };
   constexpr uint32_t kMaxFiniteBits = 0x7F7FFFFFu;
   // The first bit pattern in (0, kMaxFiniteBits] where `pred` turns true (kMaxFiniteBits + 1
@@ -96,6 +98,10 @@ inline Fp8ProbeParams make_fp8_probe_params(float scale, fp8::Format f) {
   // Underflow: below the first |x| that does not round to zero (+inf when every finite one does).
   p.underflow_below = fp8::detail::bits_to_float(first_true([&](uint32_t bits) { return rounded(bits) != 0.0f; }));
   return p;
+}
+
+inline Fp8ProbeParams make_fp8_probe_params(float scale, fp8::Format f) {
+  return make_element_params(scale, fp8::max_value(f), fp8::min_subnormal(f), f == fp8::Format::E4M3 ? 3 : 2);
 }
 
 }  // namespace stats

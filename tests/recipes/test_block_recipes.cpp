@@ -48,7 +48,6 @@ Scale reference_scale(const std::vector<float>& group, const BlockRecipe& r, flo
     else amax = std::max(amax, std::fabs(x));
     special = special || std::isinf(x);
   }
-  const float inf = INFINITY;
   if (r.kind == fp8::ScalingRecipe::NVFP4) {
     const uint8_t code = fp8::oracle::cuda_encode(amax * (tensor_scale * (1.0f / 6.0f)), Format::E4M3, true);
     const float block = fp8::oracle::cuda_decode(code, Format::E4M3);
@@ -67,7 +66,6 @@ Scale reference_scale(const std::vector<float>& group, const BlockRecipe& r, flo
   const float rcp = static_cast<float>(1.0 / fp8::max_value(r.element));
   const uint8_t code = fp8::oracle::cuda_e8m0(amax * rcp, true, true);
   const float enc = code == 0 ? 1.0f : (code == 254 ? 0.0f : std::ldexp(1.0f, 254 - code - 127));
-  (void)inf;
   return {code, enc, fp8::oracle::cuda_e8m0_value(code), code == 254, code == 0 && amax > 0};
 }
 

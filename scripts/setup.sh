@@ -18,6 +18,7 @@ packages=(
   libprotobuf-dev protobuf-compiler  # TensorBoard event files
   python3-protobuf python3-crc32c    # the tests' independent reader of TensorBoard files
   python3-torch python3-torchvision  # test fixtures: TorchScript models scripted at test time
+  chromium                # the HTML report's test renders it headless and checks the DOM
 )
 
 missing=()

@@ -4,6 +4,9 @@
 
 #include <sentinel/sentinel.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "support/test_models.h"
@@ -46,6 +49,50 @@ TEST(Trace, DetectionIsOffInTracedBatchesAsInHf) {
   EXPECT_NO_THROW(debug.forward(bad));                                 // batch 0: traced
   EXPECT_NE(out.str().find("     inf input[1]"), std::string::npos);  // but shown
   EXPECT_THROW(debug.forward(bad), sentinel::NonFiniteError);          // batch 1: detected
+}
+
+TEST(Trace, TracedBatchesAreWrittenAsTraceReportsWithTheirBackwardFrames) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  const auto dir = std::filesystem::temp_directory_path() / "sentinel_trace_files_test";
+  std::filesystem::remove_all(dir);
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).trace_batch_nums({1}).report_dir(dir.string()));
+  for (int i = 0; i < 3; ++i) {
+    auto step = watch.batch();
+    auto loss = model->forward(small_input()).pow(2).sum();
+    watch.backward(loss);
+    step.finish();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "sentinel_trace_batch0.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "sentinel_trace_batch2.json"));
+  std::ifstream json_file(dir / "sentinel_trace_batch1.json");
+  ASSERT_TRUE(json_file) << "no trace file";
+  const auto j = nlohmann::json::parse(json_file);
+  EXPECT_EQ(j["kind"], "trace");
+  EXPECT_EQ(j["batch_number"], 1);
+  std::vector<std::string> forward, backward;
+  for (const auto& f : j["frames"]) {
+    EXPECT_EQ(f["batch_number"], 1);
+    (f["direction"] == "forward" ? forward : backward).push_back(f["op"].get<std::string>());
+  }
+  // small_input's linspace and mul, the model, the loss, and the seed of its backward.
+  const std::vector<std::string> ops = {"aten::linspace", "aten::mul", "aten::addmm", "aten::relu",
+                                        "aten::addmm",    "aten::pow", "aten::sum",   "aten::ones_like"};
+  EXPECT_EQ(forward, ops);
+  ASSERT_FALSE(backward.empty());
+  EXPECT_EQ(backward.front(), "SumBackward0");
+  EXPECT_EQ(backward.back(), "AccumulateGrad");  // the parameter gradients, checked at the batch's end
+  // The text file is what trace mode printed for the batch, every frame of it.
+  std::ifstream text_file(dir / "sentinel_trace_batch1.txt");
+  const std::string text((std::istreambuf_iterator<char>(text_file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.rfind(sentinel::batch_header(1), 0), 0u);
+  EXPECT_NE(out.str().find(text), std::string::npos);
+  size_t frame_lines = 0;  // a frame's line begins with HF's 17-space prefix and a space
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) frame_lines += line.rfind(std::string(18, ' '), 0) == 0;
+  EXPECT_EQ(frame_lines, j["frames"].size() + 1) << text;  // + the batch header's line
+  std::filesystem::remove_all(dir);
 }
 
 TEST(AbortAfter, ThrowsOnceTheNamedBatchHasFinished) {

@@ -3,7 +3,7 @@
 #include <sentinel/sentinel.h>
 #include <torch/torch.h>
 
-#include <cstdio>
+#include <fmt/format.h>
 #include <iostream>
 #include <sstream>
 
@@ -63,11 +63,8 @@ int run_fp8_demo(const Options& base) {
     }
     for (const auto& m : debug.fp8_metrics()) {
       if (m.module_path != "proj" || m.role != "activation" || m.recipe != "delayed") continue;
-      char line[200];
-      std::snprintf(line, sizeof line, "%4lld %8.3f %14.4f %14.4f %+7.2f %8.3f%% %9.3f%% %8.1f  ",
-                    static_cast<long long>(m.step), m.cur_amax, m.delayed_scale, m.current_scale, m.drift_log2,
-                    m.overflow_pct, m.underflow_pct, m.sqnr_db);
-      out << line;
+      out << fmt::format("{:4} {:8.3f} {:14.4f} {:14.4f} {:+7.2f} {:8.3f}% {:9.3f}% {:8.1f}  ", m.step, m.cur_amax,
+                         m.delayed_scale, m.current_scale, m.drift_log2, m.overflow_pct, m.underflow_pct, m.sqnr_db);
     }
     if (alarms.size() > alarms_before) {
       for (const auto& a : alarms.back().fp8_alarms) {

@@ -85,6 +85,31 @@ std::vector<std::vector<c10::IValue>> load_batches(const std::string& path) {
   return batches;
 }
 
+void cast_floating(torch::jit::Module& model, std::vector<std::vector<c10::IValue>>& batches,
+                   const std::string& dtype) {
+  const c10::ScalarType type = dtype == "bfloat16" ? c10::kBFloat16
+                               : dtype == "float16" ? c10::kHalf
+                               : dtype == "float32" ? c10::kFloat
+                                                    : throw OptionError("sentinel: --dtype '" + dtype +
+                                                                        "' is not one of bfloat16, float16, float32");
+  torch::NoGradGuard no_grad;
+  // Parameters and buffers in place (set_data keeps the module's slots), as Module::to would,
+  // but without casting integer buffers such as BatchNorm's num_batches_tracked.
+  auto cast = [&](const at::Tensor& t) {
+    if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != type) {
+      at::Tensor(t).set_data(t.to(type));
+    }
+  };
+  for (const auto& p : model.parameters()) cast(p);
+  for (const auto& b : model.buffers()) cast(b);
+  for (auto& batch : batches) {
+    for (auto& arg : batch) {
+      const at::Tensor t = arg.toTensor();
+      if (at::isFloatingType(t.scalar_type())) arg = t.to(type);
+    }
+  }
+}
+
 int run_batches(torch::jit::Module& model, const std::vector<std::vector<c10::IValue>>& batches,
                 const Options& options) {
   model.eval();

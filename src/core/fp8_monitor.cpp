@@ -5,7 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cmath>
-#include <cstdio>
+#include <fmt/format.h>
 
 namespace sentinel {
 namespace core {
@@ -13,9 +13,7 @@ namespace core {
 namespace {
 
 std::string percent(double fraction) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f%%", 100.0 * fraction);
-  return buf;
+  return fmt::format("{:.3f}%", 100.0 * fraction);
 }
 
 }  // namespace
@@ -117,9 +115,7 @@ void Fp8Monitor::add_metrics(Fp8SlotMetrics m, std::vector<Fp8Alarm>& alarms, st
   }
   // Only delayed scaling lags behind the amax; the other recipes' scales follow it.
   if (m.recipe == fp8::recipe_name(fp8::ScalingRecipe::Delayed) && m.drift_log2 > options_.drift_alarm()) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "drift %.2f > %.2f", m.drift_log2, options_.drift_alarm());
-    reason += (reason.empty() ? "" : "; ") + std::string(buf);
+    reason += (reason.empty() ? "" : "; ") + fmt::format("drift {:.2f} > {:.2f}", m.drift_log2, options_.drift_alarm());
   }
   if (m.recipe != fp8::recipe_name(fp8::ScalingRecipe::Delayed) && !reason.empty()) reason = m.recipe + ": " + reason;
   if (!reason.empty()) alarms.push_back(Fp8Alarm{m, reason});

@@ -88,6 +88,9 @@ Watchdog::Impl::~Impl() {
 
 void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // what is left of the last batch (a backward after it, a graph capture)
+  snapshot_trace_locked();
+  trace_frames.clear();
+  trace_frames_written = 0;
   if (stopped) return;
   close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
@@ -105,6 +108,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
 
 void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // the batch's deferred frames: detection before the batch is over
+  snapshot_trace_locked();
   const int64_t finished = batches.current();
   stats_cache.clear();  // releases the weak references
   // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
@@ -114,6 +118,28 @@ void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
     pending = std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished)));
     stopped = true;
   }
+}
+
+void Watchdog::Impl::snapshot_trace_locked() {
+  if (trace_frames.size() <= trace_frames_written) return;
+  Report r;
+  r.kind = "trace";
+  r.batch_number = trace_frames.front().batch_number;
+  r.frames = trace_frames;
+  stamp_rank(r);
+  trace_frames_written = trace_frames.size();
+  pending_trace = std::move(r);
+}
+
+void Watchdog::Impl::write_pending_trace() {
+  std::optional<Report> trace;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::swap(trace, pending_trace);
+  }
+  if (!trace) return;
+  const std::string error = report::write_report_files(files_dir, *trace, render_text(*trace));
+  if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
 }
 
 void Watchdog::Impl::begin_auto_batch() {
@@ -208,6 +234,7 @@ void Watchdog::Impl::deliver_step_outcome() {
   // May run inside a RecordFunction callback (TorchScript batches): what the user's callback
   // does must not be recorded as the model's ops.
   at::DisableRecordFunctionGuard not_recorded;
+  write_pending_trace();
   deliver_stats();  // before an alarm whose action may abort
   std::optional<Report> alarm;
   const Action action = opts.fp8().alarm_action();

@@ -334,7 +334,9 @@ void Watchdog::Impl::process_frame(FrameRecord& f, std::unique_lock<std::mutex>&
   ring.push(f);
   if (opts.headroom()) note_headroom(f);
   if (batches.is_traced(f.batch_number)) {
-    opts.output() << render_frame_text(to_frame(f)) << std::flush;
+    Frame frame = to_frame(f);
+    opts.output() << render_frame_text(frame) << std::flush;
+    if (!files_dir.empty()) trace_frames.push_back(std::move(frame));
     return;
   }
   if (!f.finite() && reported_batch != f.batch_number) trip(lock, &f);

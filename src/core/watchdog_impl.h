@@ -92,6 +92,12 @@ struct Watchdog::Impl final : capture::Session {
   // A trip about to be thrown that no exchange has carried: tell the others and hear them.
   void announce_trip();
 
+  // trace_batch_nums with files: the traced batch's frames become a trace report, written
+  // (sentinel_trace_batch<N>.*) when the batch ends, and again at the next batch's start if frames
+  // came after it (a backward after a TorchScript batch).
+  void snapshot_trace_locked();
+  void write_pending_trace();
+
   Frame to_frame(const core::FrameRecord& f) const;
   Report build_report() const;
 
@@ -116,6 +122,9 @@ struct Watchdog::Impl final : capture::Session {
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
   std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
   HeadroomSummary headroom_summary;              // Options::headroom
+  std::vector<Frame> trace_frames;               // of the traced batch, when files are written
+  size_t trace_frames_written = 0;
+  std::optional<Report> pending_trace;           // to write, without the lock
   collect::StatsCollector collector;             // Options::stats_collections
   std::unique_ptr<loggers::LoggerSet> loggers;
   std::vector<StatRecord> last_stats;            // of the last closed step

@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "report/html_report.h"
+#include "report/json_read.h"
+
 namespace sentinel {
 namespace report {
 
@@ -41,6 +44,7 @@ std::string write_report_files(const std::string& dir, const Report& report, con
   const char* kind = report.kind == "fp8_alarm"        ? "sentinel_fp8_alarm_batch"
                      : report.kind == "peer_nonfinite" ? "sentinel_peer_batch"
                      : report.kind == "ranks_missing"  ? "sentinel_ranks_missing_batch"
+                     : report.kind == "trace"          ? "sentinel_trace_batch"
                                                        : "sentinel_batch";
   const std::string stem = kind + std::to_string(report.batch_number);
   std::string errors;
@@ -54,6 +58,9 @@ std::string write_report_files(const std::string& dir, const Report& report, con
   };
   write(stem + ".txt", text);
   write(stem + ".json", render_json(report));
+  // The page plots the FP8 slots over the steps logged so far in this directory.
+  int64_t unreadable = 0;
+  write(stem + ".html", render_html(report, fp8_history_in(dir, unreadable)));
   return errors;
 }
 

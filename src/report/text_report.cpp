@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -20,10 +19,8 @@ std::string right17(const std::string& s) { return s.size() >= 17 ? s : std::str
 std::string entry_line(const Entry& e) {
   switch (e.kind) {
     case EntryKind::Tensor: {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%8.2e %8.2e ", e.stats.hf_abs_min(), e.stats.hf_abs_max());
       // Extra columns after HF's three, only where there is something to say.
-      std::string line = buf + e.label;
+      std::string line = fmt::format("{:>8.2e} {:>8.2e} ", e.stats.hf_abs_min(), e.stats.hf_abs_max()) + e.label;
       if (e.stats.subnormal > 0) line += " subnormal=" + std::to_string(e.stats.subnormal);
       const auto& h = e.headroom;
       if (h.fp16_overflow > 0) line += " fp16_overflow=" + std::to_string(h.fp16_overflow);
@@ -78,14 +75,12 @@ std::string render_fp8_metrics_text(const Fp8SlotMetrics& m) {
            fmt::format("overflow {:.3f}% ({})  underflow {:.3f}% ({})  mse {:.2e}  cosine {:.6f}  sqnr {:.1f} dB",
                        m.overflow_pct, m.overflow, m.underflow_pct, m.underflow, m.mse, m.cosine, m.sqnr_db);
   }
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "%s %s %s: amax %.2e  delayed scale %.3e  current scale %.3e  drift %+.2f  overflow %.3f%% (%lld)  "
-                "underflow %.3f%% (%lld)  mse %.2e  cosine %.6f  sqnr %.1f dB",
-                m.module_path.empty() ? "<root>" : m.module_path.c_str(), m.role.c_str(), m.format.c_str(), m.cur_amax,
-                m.delayed_scale, m.current_scale, m.drift_log2, m.overflow_pct, static_cast<long long>(m.overflow),
-                m.underflow_pct, static_cast<long long>(m.underflow), m.mse, m.cosine, m.sqnr_db);
-  return buf;
+  return fmt::format(
+      "{} {} {}: amax {:.2e}  delayed scale {:.3e}  current scale {:.3e}  drift {:+.2f}  overflow {:.3f}% ({})  "
+      "underflow {:.3f}% ({})  mse {:.2e}  cosine {:.6f}  sqnr {:.1f} dB",
+      m.module_path.empty() ? "<root>" : m.module_path, m.role, m.format, m.cur_amax, m.delayed_scale,
+      m.current_scale, m.drift_log2, m.overflow_pct, m.overflow, m.underflow_pct, m.underflow, m.mse, m.cosine,
+      m.sqnr_db);
 }
 
 std::string render_fp8_recipe_table(const std::vector<Fp8SlotMetrics>& metrics) {
@@ -136,6 +131,11 @@ std::string render_text(const Report& report) {
     for (const auto& a : report.fp8_alarms) {
       out += kPrefix + " " + render_fp8_metrics_text(a.metrics) + "\n" + kPrefix + " alarm: " + a.reason + "\n";
     }
+    return out;
+  }
+  if (report.kind == "trace") {  // what trace mode printed as the batch ran
+    std::string out = batch_header(report.batch_number, report.world_size > 1 ? report.rank : -1);
+    for (const auto& f : report.frames) out += render_frame_text(f);
     return out;
   }
   std::string out;

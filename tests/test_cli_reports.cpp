@@ -33,7 +33,9 @@ sentinel_test::Run trace_cancellation(const fs::path& dir, const std::string& ex
 class CliReports : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / "sentinel_cli_reports_test";
+    // One directory per test: ctest runs the tests of this fixture in parallel processes.
+    dir_ = fs::temp_directory_path() /
+           ("sentinel_cli_reports_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -25,6 +25,9 @@ constexpr int64_t HeadroomCounts::*kHeadroom[4] = {&HeadroomCounts::fp16_overflo
                                                    &HeadroomCounts::bf16_overflow, &HeadroomCounts::bf16_underflow};
 constexpr const char* kHeadroomNames[4] = {"fp16 overflow", "fp16 underflow", "bf16 overflow", "bf16 underflow"};
 
+// Shown by the script (hidden without it): filters the frame rows of either page.
+const char* const kFilterBox = "<input id=\"filter\" type=\"search\" placeholder=\"filter frames\" hidden>\n";
+
 const char* const kStyle = R"(
 body{font:14px/1.4 system-ui,sans-serif;color:#222;background:#fafafa;margin:16px 24px}h1{font-size:20px;margin:0 0 8px}
 h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #ddd}h3{font-size:13px;margin:10px 0 4px}
@@ -185,7 +188,7 @@ std::string entry_row(const Entry& e) {
 
 std::string frame_table(const Report& report, bool has_trigger) {
   std::string out =
-      "<input id=\"filter\" type=\"search\" placeholder=\"filter frames\" hidden>\n<table class=\"frames\"><thead><tr>"
+      std::string(kFilterBox) + "<table class=\"frames\"><thead><tr>"
       "<th>#</th><th>batch</th><th>dir</th><th>module</th><th>class</th><th>op</th><th><table class=\"ent\"><tr>"
       "<th>entry</th><th>dtype</th><th>abs min</th><th>abs max</th><th>nan</th><th>inf</th><th>zeros</th><th>subn</th>"
       "<th>headroom</th></tr></table></th></tr></thead><tbody>\n";
@@ -357,11 +360,6 @@ const char* kind_title(const std::string& kind) {
   return kind == "trace" ? "trace" : "report";
 }
 
-std::string diff_label(const MatchedFrame& m) {
-  return fmt::format("{}{} ({}) {} #{}", m.direction == Direction::Backward ? "grad of " : "",
-                     path_or_root(m.module_path), m.module_class, m.op, m.occurrence);
-}
-
 std::string diff_plot(const TraceDiff& diff) {
   svg::Chart chart(1100, 320, "plot diff-plot", "worst relative difference per matched frame");
   chart.set_axes("matched frame (order of A)", "relative (log10)", true);
@@ -377,7 +375,7 @@ std::string diff_plot(const TraceDiff& diff) {
     p.pin = !std::isfinite(p.y) ? svg::Pin::Top : p.y > 0 ? svg::Pin::None : svg::Pin::Bottom;
     if (m.diverged) p.set_style(svg::Marker::Diamond, "div");
     if (diff.matched.size() <= kTitleLimit) {
-      p.title = fmt::format("#{} {}: {} {} relative {}", i, diff_label(m), m.worst.entry, m.worst.stat,
+      p.title = fmt::format("#{} {}: {} {} relative {}", i, frame_label(m), m.worst.entry, m.worst.stat,
                             sci(m.worst.relative));
     }
     s.points.push_back(std::move(p));
@@ -460,15 +458,15 @@ std::string render_diff_html(const TraceDiff& diff) {
     const StatDifference& w = diff.matched[first].worst;
     out += fmt::format("<p class=\"banner verdict\">Diverged at frame <a href=\"#first-divergent\">{} {}</a>: {} {} is "
                        "{} in A, {} in B (relative {}, score {:.3g}).</p>\n",
-                       first, escape(diff_label(diff.matched[first])), escape(w.entry), escape(w.stat), sci(w.a),
+                       first, escape(frame_label(diff.matched[first])), escape(w.entry), escape(w.stat), sci(w.a),
                        sci(w.b), sci(w.relative), w.score);
   } else {
     out += "<p class=\"banner verdict\">Diverged.</p>\n";
   }
   if (!diff.matched.empty()) {
     out += "<h2 id=\"plot\">Relative difference</h2>\n" + diff_plot(diff) +
-           "<h2 id=\"matched\">Matched frames</h2>\n<input id=\"filter\" type=\"search\" placeholder=\"filter frames\" "
-           "hidden>\n<table class=\"matched\"><thead><tr><th>#</th><th>A</th><th>B</th><th>dir</th><th>module</th>"
+           "<h2 id=\"matched\">Matched frames</h2>\n" + kFilterBox +
+           "<table class=\"matched\"><thead><tr><th>#</th><th>A</th><th>B</th><th>dir</th><th>module</th>"
            "<th>class</th><th>op</th><th>occ</th><th>entry</th><th>stat</th><th>a</th><th>b</th><th>relative</th>"
            "<th>score</th><th>compared</th><th>unmatched entries</th></tr></thead><tbody>\n";
   }

@@ -159,7 +159,8 @@ std::string render_diff_text(const TraceDiff& d) {
   });
   auto worst_line = [](const MatchedFrame& m) {
     const StatDifference& w = m.worst;
-    const std::string times = std::isinf(w.score) ? "one side not finite" : fmt::format("{:.1f}x the tolerance", w.score);
+    const std::string times =
+        std::isinf(w.score) ? "one side not finite" : fmt::format("{:.1f}x the tolerance", w.score);
     return fmt::format("{} {}: A {} B {} (relative difference {}, {})", w.entry, w.stat, number(w.a), number(w.b),
                        number(w.relative), times);
   };

@@ -2,9 +2,8 @@
 //   Unwatched  - the model alone;
 //   Watched    - under sentinel::DebugUnderflowOverflow: every outermost op, its inputs, outputs
 //                and weights, one fused pass per tensor;
-//   HfStyle    - HF's DebugUnderflowOverflow as it computes: after every module, for its
-//                parameters, input and output, abs(), min(), max(), isnan().any(), isinf().any(),
-//                each read back to the host (fewer frames than Watched: modules, not ops).
+//   HfStyle    - HF's DebugUnderflowOverflow as it computes (hf_style.h).
+// The same model scripted, and a convolutional network: bench_models.cpp.
 // Ratios: see bench/run_benchmarks.sh and docs/benchmarks.md.
 #include <benchmark/benchmark.h>
 #include <sentinel/sentinel.h>
@@ -20,6 +19,7 @@
 #include "stats/simd_level.h"
 #include "ranks/rank_session.h"
 #include "stats/tensor_stats.h"
+#include "hf_style.h"
 #include "stats_pass_cases.h"
 #include "transformer_model.h"
 
@@ -42,12 +42,6 @@ Fixture& fixture() {
   return f;
 }
 
-void hf_stats(const torch::Tensor& t, double& sink) {
-  auto a = t.abs();
-  sink += a.min().item<double>() + a.max().item<double>();
-  sink += static_cast<double>(torch::isnan(t).any().item<bool>()) + static_cast<double>(torch::isinf(t).any().item<bool>());
-}
-
 void BM_Unwatched(benchmark::State& state) {
   auto& f = fixture();
   torch::NoGradGuard no_grad;
@@ -66,16 +60,9 @@ void BM_Watched(benchmark::State& state) {
 void BM_HfStyle(benchmark::State& state) {
   auto& f = fixture();
   torch::NoGradGuard no_grad;
-  double sink = 0;
-  bench::ModuleHook hook = [&sink](torch::nn::Module& m, const torch::Tensor& in, const torch::Tensor& out) {
-    for (const auto& p : m.named_parameters(/*recurse=*/false)) hf_stats(p.value(), sink);
-    hf_stats(in, sink);
-    hf_stats(out, sink);
-  };
-  f.model->set_hook(&hook);
-  for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
-  f.model->set_hook(nullptr);
-  benchmark::DoNotOptimize(sink);
+  bench::with_hf_hooks(f.model, [&] {
+    for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
+  });
 }
 
 // A training step (forward, backward, SGD step) of the same model, three ways. HF's tool sees
@@ -140,17 +127,9 @@ void BM_TrainStepCollected(benchmark::State& state) {
 
 void BM_TrainStepHfStyle(benchmark::State& state) {
   auto& f = train_fixture();
-  double sink = 0;
-  bench::ModuleHook hook = [&sink](torch::nn::Module& m, const torch::Tensor& in, const torch::Tensor& out) {
-    torch::NoGradGuard no_grad;
-    for (const auto& p : m.named_parameters(/*recurse=*/false)) hf_stats(p.value(), sink);
-    hf_stats(in, sink);
-    hf_stats(out, sink);
-  };
-  f.model->set_hook(&hook);
-  for (auto _ : state) f.step();
-  f.model->set_hook(nullptr);
-  benchmark::DoNotOptimize(sink);
+  bench::with_hf_hooks(f.model, [&] {
+    for (auto _ : state) f.step();
+  });
 }
 
 // What many ranks add to a step: one exchange per batch between 2 ranks, each a client of a c10d
@@ -189,8 +168,20 @@ void BM_RankExchange2(benchmark::State& state) {
 
 // The statistics pass alone (stats_pass_cases.h), and fused with the FP8 probe or the menu.
 using bench_cases::at_level;
+using bench_cases::BM_AtSum;
 using bench_cases::BM_StatsPass;
 using bench_cases::probe_tensor;
+
+// Half of the values zero, as after a ReLU: the float pass then counts zeros in every chunk.
+void BM_StatsPassHalfZeros(benchmark::State& state) {
+  static const at::Tensor t = probe_tensor().clamp_min(0);
+  sentinel::TensorStats s;
+  for (auto _ : state) {
+    sentinel::stats::compute(t, s);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * t.nbytes());
+}
 
 // The statistics and the whole menu (min, max, mean, std, norms, dynamic range) in one read.
 void BM_StatsPassWithMenu(benchmark::State& state) {
@@ -224,6 +215,8 @@ BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepCollected)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RankExchange2)->Iterations(2000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AtSum)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsPassHalfZeros)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassWithFp8Probe)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassWithMenu)->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPass, 1>)->Name("BM_StatsPass_v3")->Unit(benchmark::kMillisecond);

@@ -1,7 +1,8 @@
 #pragma once
 // The baseline every pass is compared with, shared by the benchmark programs: the plain
 // statistics pass over one 4M-element activation-like tensor (16 MiB, read from memory each time
-// on machines whose caches are smaller), and a wrapper that runs a case at a forced SIMD level.
+// on machines whose caches are smaller), at::sum over the same tensor, and a wrapper that runs a
+// case at a forced SIMD level.
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
@@ -21,6 +22,12 @@ inline void BM_StatsPass(benchmark::State& state) {
     sentinel::stats::compute(probe_tensor(), s);
     benchmark::DoNotOptimize(s);
   }
+  state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
+}
+
+// The ceiling the pass is held to: ATen's own reduction reading the same tensor.
+inline void BM_AtSum(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(at::sum(probe_tensor()));
   state.SetBytesProcessed(state.iterations() * probe_tensor().nbytes());
 }
 

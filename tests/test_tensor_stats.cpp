@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <random>
 
 #include "stats/tensor_stats.h"
 #include "support/simd_levels.h"
@@ -129,6 +131,46 @@ TEST(Stats, TensorsLargerThanOneBlockCombineExactly) {
   expect_equal(got, oracle(t), "large");
   ASSERT_EQ(sentinel::stats::compute(t.t(), got), Readability::Read);  // dense but transposed
   expect_equal(got, oracle(t), "large transposed");
+}
+
+// The float32 pass reads 4096-element chunks and counts zeros and subnormals only in chunks that
+// hold some (counting in the first read after such a chunk, until a chunk holds none), and
+// re-reads chunks holding inf or NaN: every order of those kinds of chunk, at every offset.
+TEST(Stats, FloatChunksOfEveryKindInEveryOrder) {
+  constexpr int64_t kChunk = 4096;
+  const float tiny = std::numeric_limits<float>::min();
+  enum Kind { Ordinary, HalfZeros, OneSubnormalLast, OnlyNegativeZero, AllZero, NanAndZeros, MinNormalExactly, Kinds };
+  auto fill = [&](torch::Tensor chunk, int kind) {
+    chunk.copy_(torch::randn({kChunk}) * 3);
+    switch (kind) {
+      case HalfZeros: chunk.clamp_min_(0); break;
+      case OneSubnormalLast: chunk[kChunk - 1] = tiny / 4; break;
+      case OnlyNegativeZero: chunk[100] = -0.0f; break;
+      case AllZero: chunk.zero_(); break;
+      case NanAndZeros: chunk.clamp_min_(0); chunk[kChunk / 2] = std::nanf(""); chunk[3] = -std::numeric_limits<float>::infinity(); break;
+      case MinNormalExactly: chunk[7] = tiny; chunk[8] = -std::nextafter(tiny, 1.0f); break;
+      default: break;
+    }
+  };
+  torch::manual_seed(11);
+  std::mt19937 order(5);
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<int> kinds;
+    for (int k = 0; k < 2 * Kinds; ++k) kinds.push_back(k % Kinds);
+    std::shuffle(kinds.begin(), kinds.end(), order);
+    auto t = torch::empty({static_cast<int64_t>(kinds.size()) * kChunk + 37});
+    for (size_t c = 0; c < kinds.size(); ++c) fill(t.slice(0, c * kChunk, (c + 1) * kChunk), kinds[c]);
+    t.slice(0, kinds.size() * kChunk).copy_(torch::randn({37}));
+    if (trial % 2) t[-2] = trial % 4 == 1 ? 0.0f : tiny / 2;  // zero or subnormal in the last partial chunk
+    at_every_simd_level([&] {
+      for (int64_t offset : {0, 1, 5, 8}) {  // views not aligned to a vector
+        auto view = t.slice(0, offset);
+        TensorStats got;
+        ASSERT_EQ(sentinel::stats::compute(view, got), Readability::Read);
+        expect_equal(got, oracle(view), "trial " + std::to_string(trial) + " offset " + std::to_string(offset));
+      }
+    });
+  }
 }
 
 TEST(Stats, NegativeZeroIsPositiveZeroInAbsMin) {

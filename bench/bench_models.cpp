@@ -1,0 +1,178 @@
+// The models users run besides the C++ transformer of bench_watchdog.cpp, in the same program so
+// that every ratio is measured in one run:
+//   Scripted* - that transformer scripted by torch.jit.script (make_bench_models.py), run through
+//               DebugUnderflowOverflow<torch::jit::Module> as the CLI runs it. No HF-style case:
+//               HF's tool hooks Python modules, and a scripted module has no forward hooks.
+//   Conv*     - a ResNet-style network (conv_model.h) with in-place ReLU and residual adds.
+// Each forward and training step unwatched, watched with default options, and (Conv) HF-style.
+#include <benchmark/benchmark.h>
+#include <sentinel/sentinel.h>
+#include <torch/script.h>
+
+#include <optional>
+#include <sstream>
+
+#include "conv_model.h"
+#include "hf_style.h"
+
+namespace {
+
+// Built next to this program by bench/CMakeLists.txt (make_bench_models.py).
+std::optional<torch::jit::Module> load_scripted(benchmark::State& state) {
+  static std::optional<torch::jit::Module> model = []() -> std::optional<torch::jit::Module> {
+    try {
+      return torch::jit::load(SENTINEL_BENCH_MODELS_DIR "/transformer_scripted.pt");
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }();
+  if (!model) state.SkipWithError("no " SENTINEL_BENCH_MODELS_DIR "/transformer_scripted.pt (make_bench_models.py)");
+  return model;
+}
+
+torch::Tensor scripted_input() {
+  static torch::Tensor x = [] {
+    torch::manual_seed(1);
+    return torch::randn({4, 128, 256});
+  }();
+  return x;
+}
+
+void BM_ScriptedUnwatched(benchmark::State& state) {
+  auto model = load_scripted(state);
+  if (!model) return;
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const std::vector<c10::IValue> inputs{scripted_input()};
+  for (auto _ : state) benchmark::DoNotOptimize(model->forward(inputs));
+}
+
+void BM_ScriptedWatched(benchmark::State& state) {
+  auto model = load_scripted(state);
+  if (!model) return;
+  model->eval();
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow<torch::jit::Module> debug(*model, sentinel::Options().output(out));
+  const std::vector<c10::IValue> inputs{scripted_input()};
+  for (auto _ : state) benchmark::DoNotOptimize(debug.forward(inputs));
+}
+
+// Forward, pow(2).mean().backward() and an SGD step of the scripted model.
+struct ScriptedStep {
+  explicit ScriptedStep(torch::jit::Module m) : model(std::move(m)) {
+    model.train();
+    for (const auto& p : model.parameters()) params.push_back(p);
+  }
+  void step() {
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    model.forward({scripted_input()}).toTensor().pow(2).mean().backward();
+    torch::NoGradGuard no_grad;
+    for (auto& p : params) p.add_(p.grad(), -1e-4);
+  }
+  torch::jit::Module model;
+  std::vector<torch::Tensor> params;
+};
+
+void BM_ScriptedTrainStepUnwatched(benchmark::State& state) {
+  auto model = load_scripted(state);
+  if (!model) return;
+  ScriptedStep s(*model);  // the same module: its modes are set by each case
+  for (auto _ : state) s.step();
+}
+
+void BM_ScriptedTrainStepWatched(benchmark::State& state) {
+  auto model = load_scripted(state);
+  if (!model) return;
+  ScriptedStep s(*model);  // the same module: its modes are set by each case
+  std::ostringstream out;
+  sentinel::Watchdog watch(s.model, sentinel::Options().output(out));
+  for (auto _ : state) {
+    auto batch = watch.batch();
+    s.step();
+    batch.finish();
+  }
+}
+
+struct ConvFixture {
+  ConvFixture() {
+    torch::manual_seed(0);
+    x = torch::randn({8, 3, 64, 64});
+  }
+  bench::ResNet model;
+  torch::Tensor x;
+};
+
+ConvFixture& conv_fixture(bool training) {
+  static ConvFixture eval, train;
+  ConvFixture& f = training ? train : eval;
+  f.model->train(training);
+  return f;
+}
+
+void BM_ConvUnwatched(benchmark::State& state) {
+  auto& f = conv_fixture(false);
+  torch::NoGradGuard no_grad;
+  for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
+}
+
+void BM_ConvWatched(benchmark::State& state) {
+  auto& f = conv_fixture(false);
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(f.model, sentinel::Options().output(out));
+  for (auto _ : state) benchmark::DoNotOptimize(debug.forward(f.x));
+}
+
+void BM_ConvHfStyle(benchmark::State& state) {
+  auto& f = conv_fixture(false);
+  torch::NoGradGuard no_grad;
+  bench::with_hf_hooks(f.model, [&] {
+    for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
+  });
+}
+
+void conv_step(ConvFixture& f, torch::optim::SGD& sgd) {
+  sgd.zero_grad();
+  f.model->forward(f.x).pow(2).mean().backward();
+  sgd.step();
+}
+
+void BM_ConvTrainStepUnwatched(benchmark::State& state) {
+  auto& f = conv_fixture(true);
+  torch::optim::SGD sgd(f.model->parameters(), 1e-4);
+  for (auto _ : state) conv_step(f, sgd);
+}
+
+void BM_ConvTrainStepWatched(benchmark::State& state) {
+  auto& f = conv_fixture(true);
+  torch::optim::SGD sgd(f.model->parameters(), 1e-4);
+  std::ostringstream out;
+  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out));
+  for (auto _ : state) {
+    auto batch = watch.batch();
+    conv_step(f, sgd);
+    batch.finish();
+  }
+}
+
+void BM_ConvTrainStepHfStyle(benchmark::State& state) {
+  auto& f = conv_fixture(true);
+  torch::optim::SGD sgd(f.model->parameters(), 1e-4);
+  bench::with_hf_hooks(f.model, [&] {
+    for (auto _ : state) conv_step(f, sgd);
+  });
+}
+
+BENCHMARK(BM_ScriptedUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScriptedWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScriptedTrainStepUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScriptedTrainStepWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvHfStyle)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvTrainStepUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvTrainStepWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvTrainStepHfStyle)->Unit(benchmark::kMillisecond);
+
+}  // namespace

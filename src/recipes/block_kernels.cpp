@@ -2,6 +2,7 @@
 
 #include <sentinel/microscaling.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -158,6 +159,131 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
   }
 }
 
+// The scales of n blocks with the float operations of block_scaling.h in the same order, so that
+// the codes match bit for bit: NVFP4's E4M3 block scale by the magic-number rounding of
+// fp8_round_scaled (the probe's cast, checked against CUDA's), its code read back from the
+// rounded value's bits; MXFP8's E8M0 exponent from the amax's bits. Written as one branch-free
+// loop per rule over plain arrays, which the compiler vectorises at each level (hand-written
+// vector selects of vector comparisons were scalarised in the AVX-512 clone).
+struct ScaleOut {
+  uint8_t* code;
+  float* encode;
+  float* decode;
+  uint8_t* skip;
+};
+
+__attribute__((always_inline)) inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+__attribute__((always_inline)) inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+template <fp8::ScalingRecipe kKind, fp8::MxScaleRule kRule>
+__attribute__((always_inline)) inline void scales_body(const float* __restrict amax, const uint8_t* __restrict special,
+                                                       int64_t n, const ScaleRule& rule, const ScaleOut& out,
+                                                       ScaleTally& tally) {
+  static const stats::Fp8ProbeParams e4m3_params = element_format(fp8::Format::E4M3);  // two searches: once
+  // Locals and restrict pointers: the loop reads nothing its stores could change, which the
+  // compiler could otherwise only check at run time, for more pointers than it will check.
+  const stats::Fp8ProbeParams e4m3 = e4m3_params;
+  uint8_t* __restrict out_code = out.code;
+  float* __restrict out_encode = out.encode;
+  float* __restrict out_decode = out.decode;
+  uint8_t* __restrict out_skip = out.skip;
+  const float nv_factor = rule.tensor_scale * (1.0f / fp8::kE2M1Max);
+  const float tensor_decode = static_cast<float>(1.0 / static_cast<double>(rule.tensor_scale));
+  const float mx_rcp = rule.element == fp8::Format::E4M3 ? static_cast<float>(1.0 / 448.0) : static_cast<float>(1.0 / 57344.0);
+  const uint32_t ocp_bias = 127u + (rule.element == fp8::Format::E4M3 ? 8u : 15u);  // + emax of the element
+  uint32_t zero = 0, saturated = 0, clamped = 0, clamped_zero = 0, nonfinite = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const float a = amax[k];
+    uint32_t code;
+    float enc, dec;
+    uint32_t sat = 0, small;  // 0 or 1: ints, as bool vectors do not convert at every level
+    if constexpr (kKind == fp8::ScalingRecipe::NVFP4) {
+      const float wanted = a * nv_factor;
+      const float w = wanted < FLT_MAX ? wanted : FLT_MAX;
+      float magic = float_of((bits_of(w) & 0x7f800000u) + e4m3.magic_offset);
+      magic = magic > e4m3.magic_floor ? magic : e4m3.magic_floor;
+      const float q0 = (w + magic) - magic;
+      const float q = q0 < e4m3.max ? q0 : e4m3.max;  // NaN (too large for its magic): max
+      const uint32_t qb = bits_of(q);
+      // Normal: exponent (bias 7) and 3 mantissa bits; subnormal: q = code * 2^-9.
+      code = qb >= 0x3C800000u ? (qb >> 20) - 960u : static_cast<uint32_t>(static_cast<int32_t>(q * 512.0f));
+      sat = wanted > e4m3.overflow_above;
+      dec = q * tensor_decode;
+      const float inverse = 1.0f / dec;
+      enc = inverse < FLT_MAX ? inverse : FLT_MAX;
+      small = q == 0.0f;
+    } else if constexpr (kRule == fp8::MxScaleRule::RoundUp) {
+      const uint32_t x = bits_of(a * mx_rcp);
+      // Up to the next power of two when a mantissa bit is set (e8m0_encode's rule).
+      uint32_t e = (x >> 23) + (((x & 0x7FFFFFu) != 0u) & (x > 0x00400000u) & (x < 0x7f800000u));
+      // Arithmetic in place of comparisons of e: the compiler threads a select on e through the
+      // rest of the body, and the sums it leaves conditional do not vectorise.
+      e -= (e + 1u) >> 8;  // 0xFF saturates to 0xFE (e <= 0xFF)
+      const uint32_t is_min = (e - 1u) >> 31;  // e == 0
+      code = e;
+      enc = float_of((254u - e - 127u * is_min) << 23);  // 2^(127 - e), 1 for code 0
+      dec = float_of((e << 23) | (is_min << 22));         // 2^(e - 127), the subnormal 2^-127 for code 0
+      sat = ((e ^ 0xFEu) - 1u) >> 31;                      // e == 0xFE
+      small = is_min;
+    } else {
+      // OCP: floor(log2(amax)) - emax, clamped at 2^-127; a block with inf or NaN is lost.
+      const int32_t shared = static_cast<int32_t>(bits_of(a) >> 23) - static_cast<int32_t>(ocp_bias);
+      small = shared < -127;
+      const uint32_t e = static_cast<uint32_t>(small ? 0 : shared + 127);
+      const uint32_t lost = (special[k] != 0) | (a > FLT_MAX);
+      code = lost ? fp8::kE8M0NaN : e;
+      enc = lost ? 0.0f : float_of((254u - e) << 23);  // 2^(127 - code), 2^127 for code 0
+      dec = float_of(lost ? fp8::detail::kFloatCanonicalNaN : (e << 23) | (((e - 1u) >> 31) << 22));  // 2^-127 for code 0
+      small = small & (1u - lost);
+    }
+    out_code[k] = static_cast<uint8_t>(code);
+    out_encode[k] = enc;
+    out_decode[k] = dec;
+    const uint32_t is_zero = a == 0.0f;
+    zero += is_zero;
+    saturated += sat;
+    // Clamped at the smallest scale with something to scale: counted as all clamped blocks less
+    // the zero ones, two plain sums (a conditional one does not vectorise).
+    clamped += small;
+    clamped_zero += small & is_zero;
+    nonfinite += special[k];
+    // Bitwise operators: short-circuits would be branches, which keep the loop from vectorising.
+    const uint32_t bad_scale = (1u - ((dec > 0.0f) & (dec <= FLT_MAX))) | (enc == 0.0f);
+    out_skip[k] = (special[k] != 0) | bad_scale | (a >= kLargeForFloatSums) | (a < kSmallForFloatSums);
+  }
+  tally.zero += zero;
+  tally.saturated += saturated;
+  tally.at_min += clamped - clamped_zero;
+  tally.nonfinite += nonfinite;
+}
+
+template <fp8::ScalingRecipe kKind, fp8::MxScaleRule kRule>
+__attribute__((always_inline)) inline void scales_for(const float* amax, const uint8_t* special, int64_t n,
+                                                      const ScaleRule& rule, const ScaleOut& out, ScaleTally& tally) {
+  // Blocks of 2^20 at a time: the tallies' 32-bit lanes never overflow.
+  for (int64_t k = 0; k < n; k += int64_t{1} << 20) {
+    const int64_t len = std::min(n - k, int64_t{1} << 20);
+    scales_body<kKind, kRule>(amax + k, special + k, len, rule, ScaleOut{out.code + k, out.encode + k, out.decode + k, out.skip + k}, tally);
+  }
+}
+
+__attribute__((always_inline)) inline void scales_any(const float* amax, const uint8_t* special, int64_t n,
+                                                      const ScaleRule& rule, const ScaleOut& out, ScaleTally& tally) {
+  using fp8::MxScaleRule;
+  using fp8::ScalingRecipe;
+  if (rule.kind == ScalingRecipe::NVFP4) return scales_for<ScalingRecipe::NVFP4, MxScaleRule::RoundUp>(amax, special, n, rule, out, tally);
+  if (rule.rule == MxScaleRule::RoundUp) return scales_for<ScalingRecipe::MXFP8, MxScaleRule::RoundUp>(amax, special, n, rule, out, tally);
+  scales_for<ScalingRecipe::MXFP8, MxScaleRule::OcpFloor>(amax, special, n, rule, out, tally);
+}
+
 // One variant per level, each the same body in its instruction set and its register width.
 __attribute__((target("arch=x86-64-v4"), noinline)) void amaxes_v4(const float* p, int64_t n, int b, float* a, uint8_t* s) {
   amaxes_body<64>(p, n, b, a, s);
@@ -184,6 +310,19 @@ __attribute__((noinline)) void cast_baseline(const float* p, int64_t n, int b, c
   cast_body<16>(p, n, b, enc, dec, skip, e, out);
 }
 
+__attribute__((target("arch=x86-64-v4"), noinline)) void scales_v4(const float* a, const uint8_t* s, int64_t n,
+                                                                   const ScaleRule& r, const ScaleOut& o, ScaleTally& t) {
+  scales_any(a, s, n, r, o, t);
+}
+__attribute__((target("arch=x86-64-v3"), noinline)) void scales_v3(const float* a, const uint8_t* s, int64_t n,
+                                                                   const ScaleRule& r, const ScaleOut& o, ScaleTally& t) {
+  scales_any(a, s, n, r, o, t);
+}
+__attribute__((noinline)) void scales_baseline(const float* a, const uint8_t* s, int64_t n, const ScaleRule& r,
+                                               const ScaleOut& o, ScaleTally& t) {
+  scales_any(a, s, n, r, o, t);
+}
+
 }  // namespace
 
 void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8_t* special) {
@@ -193,6 +332,17 @@ void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8
     case stats::SimdLevel::Baseline: break;
   }
   amaxes_baseline(p, nblocks, block, amax, special);
+}
+
+void block_scales(const float* amax, const uint8_t* special, int64_t n, const ScaleRule& rule, uint8_t* code,
+                  float* encode, float* decode, uint8_t* skip, ScaleTally& tally) {
+  const ScaleOut out{code, encode, decode, skip};
+  switch (stats::simd_level()) {
+    case stats::SimdLevel::V4: return scales_v4(amax, special, n, rule, out, tally);
+    case stats::SimdLevel::V3: return scales_v3(amax, special, n, rule, out, tally);
+    case stats::SimdLevel::Baseline: break;
+  }
+  scales_baseline(amax, special, n, rule, out, tally);
 }
 
 void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,

@@ -29,10 +29,6 @@ void BlockProbeResult::add(const BlockProbeResult& o) {
 namespace {
 
 constexpr int64_t kChunk = 4096;  // floats per buffer: whole blocks of 16 and 32, in L1
-// Blocks whose |x| reach this, or stay below the other, are summed in double: their squares
-// could leave float's range in the lanes.
-constexpr float kLargeForFloatSums = 1e17f;
-constexpr float kSmallForFloatSums = 1e-12f;
 
 template <typename T>
 inline float to_float(T v) {
@@ -50,11 +46,9 @@ inline float to_float(T v) {
 class BlockCaster {
  public:
   BlockCaster(const BlockRecipe& r, float tensor_amax, BlockProbeResult& out)
-      : recipe_(r),
+      : rule_{r.kind, r.element, r.rule, fp8::nvfp4_tensor_scale(tensor_amax)},
         block_(r.kind == fp8::ScalingRecipe::NVFP4 ? fp8::kNvfp4Block : fp8::kMxBlock),
         element_(r.kind == fp8::ScalingRecipe::NVFP4 ? e2m1_format() : element_format(r.element)),
-        tensor_scale_(fp8::nvfp4_tensor_scale(tensor_amax)),
-        ocp_(r.kind == fp8::ScalingRecipe::MXFP8 && r.rule == fp8::MxScaleRule::OcpFloor),
         out_(out) {}
 
   int block() const { return block_; }
@@ -64,32 +58,21 @@ class BlockCaster {
   // `tile_rows` > 0 the blocks are rows of 16 x 16 tiles: tile_rows rows of nblocks / tile_rows
   // blocks each, and a tile's blocks share the tile's amax and scale.
   void run(const float* p, int64_t nblocks, int64_t elements, const uint8_t* valid, int64_t tile_rows = 0) {
-    amax_.resize(nblocks);
-    special_.resize(nblocks);
-    encode_.resize(nblocks);
-    decode_.resize(nblocks);
-    skip_.resize(nblocks);
+    resize(nblocks);
     block_amaxes(p, nblocks, block_, amax_.data(), special_.data());
-    const int64_t per_row = tile_rows > 0 ? nblocks / tile_rows : nblocks;
-    for (int64_t k = 0; k < per_row; ++k) {  // one scale per block, or per tile (column of blocks)
-      float amax = amax_[k];
-      bool special = special_[k];
-      for (int64_t r = 1; r < tile_rows; ++r) {
-        amax = std::max(amax, amax_[k + r * per_row]);
-        special = special || special_[k + r * per_row];
-      }
-      // The OCP rule gives a block holding inf or NaN a NaN scale; TransformerEngine's amax
-      // (fmaxf) ignores NaN and lets an inf saturate the scale.
-      const fp8::BlockScale s = scale_for(special && ocp_ ? INFINITY : amax);
-      tally(s, amax, special);
-      for (int64_t r = 0; r < std::max<int64_t>(tile_rows, 1); ++r) {
-        const int64_t j = k + r * per_row;
-        encode_[j] = s.encode;
-        decode_[j] = s.decode;
-        skip_[j] = special_[j] || !(s.decode > 0.0f && s.decode <= FLT_MAX) || s.encode == 0.0f ||
-                   amax_[j] >= kLargeForFloatSums || amax_[j] < kSmallForFloatSums;
-      }
-    }
+    const int64_t groups = tile_rows > 0 ? nblocks / tile_rows : nblocks;  // one scale per block, or per tile
+    if (tile_rows > 0) combine_tiles(groups, tile_rows);
+    const float* group_amax = tile_rows > 0 ? tile_amax_.data() : amax_.data();
+    const uint8_t* group_special = tile_rows > 0 ? tile_special_.data() : special_.data();
+    ScaleTally t;
+    block_scales(group_amax, group_special, groups, rule_, code_.data(), encode_.data(), decode_.data(), skip_.data(), t);
+    out_.blocks += groups;
+    out_.blocks_zero += t.zero;
+    out_.blocks_saturated += t.saturated;
+    out_.blocks_at_min += t.at_min;
+    out_.blocks_nonfinite += t.nonfinite;
+    for (int64_t k = 0; k < groups; ++k) ++codes_[k & 3][code_[k]];  // four histograms: no chain of increments
+    if (tile_rows > 0) spread_tiles(groups, tile_rows);
     cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), skip_.data(), element_, out_.cast);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
     for (int64_t k = 0; k < nblocks; ++k) {
@@ -98,19 +81,47 @@ class BlockCaster {
     out_.cast.count += elements - excluded;
   }
 
- private:
-  fp8::BlockScale scale_for(float amax) const {
-    return recipe_.kind == fp8::ScalingRecipe::NVFP4 ? fp8::nvfp4_block_scale(amax, tensor_scale_)
-                                                     : fp8::mxfp8_block_scale(amax, recipe_.element, recipe_.rule);
+  // Adds the histograms of scale codes into the result: after the last run().
+  void finish() {
+    for (const auto& h : codes_) {
+      for (size_t c = 0; c < h.size(); ++c) out_.scale_codes[c] += h[c];
+    }
   }
 
-  void tally(const fp8::BlockScale& s, float amax, bool special) {
-    ++out_.blocks;
-    out_.blocks_zero += amax == 0.0f;
-    out_.blocks_saturated += s.saturated;
-    out_.blocks_at_min += s.at_min;
-    out_.blocks_nonfinite += special;
-    ++out_.scale_codes[s.code];
+ private:
+  void resize(int64_t nblocks) {
+    amax_.resize(nblocks);
+    special_.resize(nblocks);
+    code_.resize(nblocks);
+    encode_.resize(nblocks);
+    decode_.resize(nblocks);
+    skip_.resize(nblocks);
+  }
+
+  // A tile's amax and special flag over its rows' blocks: column k of the tile_rows x groups grid.
+  void combine_tiles(int64_t groups, int64_t tile_rows) {
+    tile_amax_.assign(amax_.begin(), amax_.begin() + groups);
+    tile_special_.assign(special_.begin(), special_.begin() + groups);
+    for (int64_t r = 1; r < tile_rows; ++r) {
+      for (int64_t k = 0; k < groups; ++k) {
+        tile_amax_[k] = std::max(tile_amax_[k], amax_[k + r * groups]);
+        tile_special_[k] = tile_special_[k] | special_[k + r * groups];
+      }
+    }
+  }
+
+  // Gives every row's block its tile's scale (row 0's entries hold them); a block is cast in
+  // double when its own values, or its tile's scale, need it.
+  void spread_tiles(int64_t groups, int64_t tile_rows) {
+    for (int64_t k = 0; k < groups; ++k) {
+      const bool bad_scale = !(decode_[k] > 0.0f && decode_[k] <= FLT_MAX) || encode_[k] == 0.0f;
+      for (int64_t r = 0; r < tile_rows; ++r) {
+        const int64_t j = k + r * groups;
+        encode_[j] = encode_[k];
+        decode_[j] = decode_[k];
+        skip_[j] = special_[j] || bad_scale || amax_[j] >= kLargeForFloatSums || amax_[j] < kSmallForFloatSums;
+      }
+    }
   }
 
   // One block element by element, sums in double: blocks with inf/NaN, a lost or zero scale, or
@@ -143,14 +154,13 @@ class BlockCaster {
     return excluded;
   }
 
-  BlockRecipe recipe_;
+  ScaleRule rule_;
   int block_;
   stats::Fp8ProbeParams element_;
-  float tensor_scale_;
-  bool ocp_;
   BlockProbeResult& out_;
-  std::vector<float> amax_, encode_, decode_;
-  std::vector<uint8_t> special_, skip_;
+  std::vector<float> amax_, encode_, decode_, tile_amax_;
+  std::vector<uint8_t> special_, skip_, code_, tile_special_;
+  std::array<std::array<int64_t, 256>, 4> codes_{};
 };
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
@@ -277,12 +287,14 @@ bool probe_blocks(const at::Tensor& t, const BlockRecipe& recipe, const BlockLay
   if (stats::compute_readability(t) != stats::Readability::Read) return false;
   BlockCaster caster(recipe, tensor_amax, out);
   switch (t.scalar_type()) {
-    case c10::kFloat: walk<float>(t, layout, caster); return true;
-    case c10::kDouble: walk<double>(t, layout, caster); return true;
-    case c10::kHalf: walk<c10::Half>(t, layout, caster); return true;
-    case c10::kBFloat16: walk<c10::BFloat16>(t, layout, caster); return true;
+    case c10::kFloat: walk<float>(t, layout, caster); break;
+    case c10::kDouble: walk<double>(t, layout, caster); break;
+    case c10::kHalf: walk<c10::Half>(t, layout, caster); break;
+    case c10::kBFloat16: walk<c10::BFloat16>(t, layout, caster); break;
     default: return false;
   }
+  caster.finish();
+  return true;
 }
 
 }  // namespace recipes

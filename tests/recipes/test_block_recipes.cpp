@@ -13,6 +13,7 @@
 
 #include "fp8/cuda_block_oracle.h"
 #include "fp8/cuda_fp8_oracle.h"
+#include "recipes/block_kernels.h"
 #include "recipes/block_probe.h"
 #include "recipes/recipe_probe.h"
 #include "stats/simd_level.h"
@@ -234,6 +235,109 @@ TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
   }
   stats::force_simd_level_for_testing(std::nullopt);
   EXPECT_GT(checked, 100);
+}
+
+// Amaxes that reach every branch of the scale rules: every float exponent with the mantissas
+// at the E8M0 rounding edges (0, the float subnormal 2^-127 boundary, all ones), a sweep over
+// all bit patterns, inf, and for NVFP4 the floats on both sides of every E4M3 rounding midpoint
+// (and of the saturation point 464) as amax * S_enc / 6 reaches them.
+std::vector<float> edge_amaxes(float nv_factor) {
+  std::vector<float> v = {0.0f, INFINITY, FLT_MAX, FLT_MIN, 1e17f, std::nextafter(1e17f, 0.0f), 1e-12f,
+                          std::nextafter(1e-12f, 0.0f)};
+  for (uint32_t e = 0; e < 255; ++e) {
+    for (uint32_t m : {0u, 1u, 2u, 0x3FFFFFu, 0x400000u, 0x400001u, 0x7FFFFEu, 0x7FFFFFu, 0x123457u * (e + 1) % 0x800000u}) {
+      v.push_back(fp8::detail::bits_to_float(e << 23 | m));
+    }
+  }
+  for (uint32_t bits = 0; bits < 0x7F800000u; bits += 40009u) v.push_back(fp8::detail::bits_to_float(bits));
+  for (int code = 0; code < 0x7E; ++code) {  // midpoints between neighbouring E4M3 values, and 464
+    const float lo = fp8::decode(static_cast<uint8_t>(code), Format::E4M3);
+    const float hi = code + 1 < 0x7F ? fp8::decode(static_cast<uint8_t>(code + 1), Format::E4M3) : 480.0f;
+    for (float mid : {0.5f * (lo + hi), 464.0f}) {
+      float a = mid / nv_factor;
+      for (int i = 0; i < 4; ++i) a = std::nextafter(a, 0.0f);
+      for (int i = 0; i < 9; ++i, a = std::nextafter(a, INFINITY)) v.push_back(a);
+    }
+  }
+  return v;
+}
+
+// The vector loop that turns block amaxes into scales, against CUDA's conversions, at every SIMD
+// level, in pieces of every length up to 17 (so that every tail is run) and as one array.
+TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
+  const BlockRecipe recipes[] = {{fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::RoundUp},
+                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::RoundUp},
+                                 {fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::OcpFloor},
+                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::OcpFloor},
+                                 {fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}};
+  int64_t checked = 0;
+  for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
+    if (!stats::cpu_supports(level)) continue;
+    stats::force_simd_level_for_testing(level);
+    for (const BlockRecipe& r : recipes) {
+      const bool nvfp4 = r.kind == fp8::ScalingRecipe::NVFP4;
+      for (float tensor_amax : nvfp4 ? std::vector<float>{2688.0f, 1.0f, 3e38f, 1e-30f, 1e-40f, 0.0f} : std::vector<float>{1.0f}) {
+        const float tensor_scale = fp8::nvfp4_tensor_scale(tensor_amax);
+        SCOPED_TRACE(std::string(stats::to_string(level)) + " " + fp8::recipe_name(r.kind) + " " +
+                     fp8::format_name(r.element) + " " + fp8::mx_scale_rule_name(r.rule) + " S_enc " +
+                     std::to_string(tensor_scale));
+        std::vector<float> amax = edge_amaxes(tensor_scale * (1.0f / 6.0f));
+        const size_t plain = amax.size();
+        amax.insert(amax.end(), amax.begin(), amax.begin() + static_cast<std::ptrdiff_t>(plain));
+        std::vector<uint8_t> special(amax.size(), 0);
+        std::fill(special.begin() + static_cast<std::ptrdiff_t>(plain), special.end(), 1);  // each again, with inf/NaN
+        const size_t n = amax.size();
+        std::vector<uint8_t> code(n), skip(n);
+        std::vector<float> enc(n), dec(n);
+        recipes::ScaleTally whole, pieces;
+        const recipes::ScaleRule rule{r.kind, r.element, r.rule, tensor_scale};
+        recipes::block_scales(amax.data(), special.data(), static_cast<int64_t>(n), rule, code.data(), enc.data(),
+                              dec.data(), skip.data(), whole);
+        std::vector<uint8_t> code2(n), skip2(n);
+        std::vector<float> enc2(n), dec2(n);
+        for (size_t k = 0, len = 1; k < n; k += len, len = len % 17 + 1) {
+          const size_t m = std::min(len, n - k);
+          recipes::block_scales(amax.data() + k, special.data() + k, static_cast<int64_t>(m), rule, code2.data() + k,
+                                enc2.data() + k, dec2.data() + k, skip2.data() + k, pieces);
+        }
+        recipes::ScaleTally want;
+        for (size_t k = 0; k < n; ++k) {
+          std::vector<float> group = {amax[k]};
+          if (special[k]) group.push_back(NAN);
+          const Scale s = reference_scale(group, r, tensor_scale);
+          want.zero += amax[k] == 0.0f;
+          want.saturated += s.saturated;
+          want.at_min += s.at_min;
+          want.nonfinite += special[k];
+          const bool bad = special[k] || !(s.decode > 0.0f && s.decode <= FLT_MAX) || s.encode == 0.0f ||
+                           amax[k] >= recipes::kLargeForFloatSums || amax[k] < recipes::kSmallForFloatSums;
+          for (int pass = 0; pass < 2; ++pass) {
+            const uint8_t c = pass ? code2[k] : code[k];
+            const float e = pass ? enc2[k] : enc[k], d = pass ? dec2[k] : dec[k];
+            const uint8_t sk = pass ? skip2[k] : skip[k];
+            if (c != s.code || !(e == s.encode) || !(d == s.decode || (std::isnan(d) && std::isnan(s.decode))) ||
+                sk != bad) {
+              ADD_FAILURE() << "amax " << amax[k] << " (bits " << std::hex << fp8::detail::float_to_bits(amax[k])
+                            << std::dec << ") special " << int(special[k]) << (pass ? " in pieces" : "") << ": code "
+                            << int(c) << " want " << int(s.code) << ", encode " << e << " want " << s.encode
+                            << ", decode " << d << " want " << s.decode << ", skip " << int(sk) << " want " << bad;
+              return;
+            }
+          }
+          ++checked;
+        }
+        for (const recipes::ScaleTally& got : {whole, pieces}) {
+          EXPECT_EQ(got.zero, want.zero);
+          EXPECT_EQ(got.saturated, want.saturated);
+          EXPECT_EQ(got.at_min, want.at_min);
+          EXPECT_EQ(got.nonfinite, want.nonfinite);
+        }
+        EXPECT_GT(want.saturated + want.at_min, 0);  // the edges were reached
+      }
+    }
+  }
+  stats::force_simd_level_for_testing(std::nullopt);
+  EXPECT_GT(checked, 1000000);
 }
 
 TEST(BlockRecipes, LargeContiguousTensorsReadInPlaceAgreeWithTheReference) {

@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "stats/simd_level.h"
 
@@ -44,56 +45,101 @@ __attribute__((always_inline)) inline void load_abs(const float* p, typename Vec
   std::memcpy(&out, &m, sizeof out);
 }
 
-// Folds the lanes in halves (a shuffle and a max or an or each), leaving lane 0 with the max of
-// `mx` and the or of `odd`: a lane-by-lane loop is as many extractions as lanes.
+// L blocks at once: each block's vectors are folded into one by an integer max of the bits of
+// |x| (they order as |x| does, inf and NaN above every finite value), then the L vectors are
+// folded pairwise into one whose lane i holds block i's max: log2(L) rounds of two shuffles and
+// a max per pair, where folding each block's lanes alone costs log2(L) rounds per block.
 template <int kBytes>
-__attribute__((always_inline)) inline void fold_lanes(typename Vec<kBytes>::V& mx, typename Vec<kBytes>::M& odd) {
-  using V = typename Vec<kBytes>::V;
+struct AmaxTree {
   using M = typename Vec<kBytes>::M;
-  auto step = [&](const V& t, const M& o) {
-    mx = t > mx ? t : mx;
-    odd |= o;
-  };
-#define SENTINEL_FOLD(...) step(__builtin_shufflevector(mx, mx, __VA_ARGS__), __builtin_shufflevector(odd, odd, __VA_ARGS__))
-  if constexpr (Vec<kBytes>::L == 16) {
-    SENTINEL_FOLD(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    SENTINEL_FOLD(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    SENTINEL_FOLD(2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    SENTINEL_FOLD(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14);
-  } else if constexpr (Vec<kBytes>::L == 8) {
-    SENTINEL_FOLD(4, 5, 6, 7, 0, 1, 2, 3);
-    SENTINEL_FOLD(2, 3, 0, 1, 6, 7, 4, 5);
-    SENTINEL_FOLD(1, 0, 3, 2, 5, 4, 7, 6);
-  } else {
-    static_assert(Vec<kBytes>::L == 4, "16, 32 or 64-byte vectors");
-    SENTINEL_FOLD(2, 3, 0, 1);
-    SENTINEL_FOLD(1, 0, 3, 2);
+  static constexpr int L = Vec<kBytes>::L;
+
+  // Lanes with bit H clear take x's pair (i, i + H), lanes with it set take y's (i - H, i).
+  template <int H, size_t... I>
+  __attribute__((always_inline)) static void fold(const M& x, const M& y, M& out, std::index_sequence<I...>) {
+    const M lo = __builtin_shufflevector(x, y, ((I & H) ? int(L + I - H) : int(I))...);
+    const M hi = __builtin_shufflevector(x, y, ((I & H) ? int(L + I) : int(I + H))...);
+    out = lo > hi ? lo : hi;
   }
-#undef SENTINEL_FOLD
-}
+
+  // v[0..count) -> v[0..count/2), halving H each round. After every round, vector j's lanes
+  // hold its blocks in bit-reversed order: the caller loads block bitrev(j) into v[j].
+  template <int H>
+  __attribute__((always_inline)) static void rounds(M* v, int count) {
+#pragma GCC unroll 16
+    for (int j = 0; j < count / 2; ++j) fold<H>(v[2 * j], v[2 * j + 1], v[j], std::make_index_sequence<L>());
+    if constexpr (H > 1) rounds<H / 2>(v, count / 2);
+  }
+
+  static constexpr int bit_reversed(int j) {
+    int r = 0;
+    for (int b = 1; b < L; b <<= 1) r = (r << 1) | ((j & b) ? 1 : 0);
+    return r;
+  }
+};
 
 template <int kBytes>
 __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t nblocks, int block, float* amax,
                                                        uint8_t* special) {
   using V = typename Vec<kBytes>::V;
   using M = typename Vec<kBytes>::M;
+  using Tree = AmaxTree<kBytes>;
   constexpr int L = Vec<kBytes>::L;
+  typedef uint8_t B __attribute__((vector_size(L)));
   const M inf_bits = M{} + 0x7f800000;
-  for (int64_t k = 0; k < nblocks; ++k) {
+  M any = M{};  // inf or NaN in some block
+  int64_t k = 0;
+  for (; k + L <= nblocks; k += L) {
+    M v[L];
+#pragma GCC unroll 16
+    for (int j = 0; j < L; ++j) {
+      const float* b = p + (k + Tree::bit_reversed(j)) * block;
+      V ax;
+      load_abs<kBytes>(b, ax);
+      M m;
+      std::memcpy(&m, &ax, sizeof m);
+      for (int i = L; i < block; i += L) {
+        load_abs<kBytes>(b + i, ax);
+        M bits;
+        std::memcpy(&bits, &ax, sizeof bits);
+        m = bits > m ? bits : m;
+      }
+      v[j] = m;
+    }
+    Tree::template rounds<L / 2>(v, L);
+    const M odd = v[0] >= inf_bits ? M{} + 1 : M{};
+    any |= odd;
+    const B flags = __builtin_convertvector(odd, B);
+    std::memcpy(amax + k, &v[0], sizeof v[0]);
+    std::memcpy(special + k, &flags, sizeof flags);
+  }
+  for (; k < nblocks; ++k) {  // the last blocks, one at a time
     const float* b = p + k * block;
-    V mx = V{};
-    M odd = M{};
+    M m = M{};
     for (int i = 0; i < block; i += L) {
       V ax;
       load_abs<kBytes>(b + i, ax);
-      mx = ax > mx ? ax : mx;  // NaN lanes compare false: ignored
       M bits;
       std::memcpy(&bits, &ax, sizeof bits);
-      odd |= bits >= inf_bits;  // inf and NaN, as one integer comparison (a NaN-aware float one is scalarised)
+      m = bits > m ? bits : m;
     }
-    fold_lanes<kBytes>(mx, odd);
-    amax[k] = mx[0];
-    special[k] = odd[0] != 0;
+    int32_t mx = 0;
+    for (int l = 0; l < L; ++l) mx = m[l] > mx ? m[l] : mx;
+    std::memcpy(amax + k, &mx, sizeof mx);
+    special[k] = mx >= 0x7f800000;
+    any[0] |= special[k];
+  }
+  bool nonfinite = false;
+  for (int l = 0; l < L; ++l) nonfinite = nonfinite || any[l] != 0;
+  // A block holding a NaN has NaN bits as its max: its amax ignores the NaN, as fmaxf does.
+  for (int64_t j = 0; j < nblocks && nonfinite; ++j) {
+    if (amax[j] == amax[j]) continue;
+    float mx = 0.0f;
+    for (int i = 0; i < block; ++i) {
+      const float a = std::fabs(p[j * block + i]);
+      mx = a > mx ? a : mx;
+    }
+    amax[j] = mx;
   }
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // The vector loops of the block-scaled recipes (MXFP8, NVFP4), over a buffer of whole blocks:
-// one pass finds each block's amax, the caller turns amaxes into scales, a second pass (over
-// the same few KiB, still in cache) casts every element with its block's scale. Compiled once
-// per SIMD level (stats/simd_level.h). Internal.
+// one pass finds each block's amax, a loop over the amaxes turns them into scales, a second pass
+// (over the same few KiB, still in cache) casts every element with its block's scale. Compiled
+// once per SIMD level (stats/simd_level.h). Internal.
 #include <sentinel/block_scaling.h>
 
 #include <cstdint>

@@ -195,6 +195,13 @@ torch::Tensor adversarial(std::vector<int64_t> shape, uint64_t seed) {
   return t;
 }
 
+// Every block recipe and rule: MXFP8 with either element format under either scale rule, NVFP4.
+const BlockRecipe kBlockRecipes[] = {{fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::RoundUp},
+                                     {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::RoundUp},
+                                     {fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::OcpFloor},
+                                     {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::OcpFloor},
+                                     {fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}};
+
 struct Case {
   std::vector<int64_t> shape;
   int dim;
@@ -206,11 +213,6 @@ TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
   const Case cases[] = {{{6, 96}, -1, false, false}, {{5, 37}, -1, false, false}, {{37, 5}, 0, false, false},
                         {{40, 64}, 0, true, false},  {{2, 3, 50}, 1, false, false}, {{40, 37}, -1, false, true},
                         {{33, 70}, -1, true, true},  {{16, 16}, -1, false, true},   {{1, 1}, -1, false, false}};
-  const BlockRecipe recipes[] = {{fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::RoundUp},
-                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::RoundUp},
-                                 {fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::OcpFloor},
-                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::OcpFloor},
-                                 {fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}};
   int checked = 0;
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;
@@ -219,7 +221,7 @@ TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
       for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf}) {
         auto t = adversarial(c.shape, 3).to(dtype);
         if (c.transpose) t = t.t();
-        for (const BlockRecipe& r : recipes) {
+        for (const BlockRecipe& r : kBlockRecipes) {
           if (c.tiles && r.kind != fp8::ScalingRecipe::NVFP4) continue;
           SCOPED_TRACE(std::string(stats::to_string(level)) + " " + fp8::recipe_name(r.kind) + " " +
                        fp8::format_name(r.element) + " " + fp8::mx_scale_rule_name(r.rule) + " " + c10::toString(dtype) +
@@ -250,14 +252,15 @@ std::vector<float> edge_amaxes(float nv_factor) {
     }
   }
   for (uint32_t bits = 0; bits < 0x7F800000u; bits += 40009u) v.push_back(fp8::detail::bits_to_float(bits));
-  for (int code = 0; code < 0x7E; ++code) {  // midpoints between neighbouring E4M3 values, and 464
-    const float lo = fp8::decode(static_cast<uint8_t>(code), Format::E4M3);
-    const float hi = code + 1 < 0x7F ? fp8::decode(static_cast<uint8_t>(code + 1), Format::E4M3) : 480.0f;
-    for (float mid : {0.5f * (lo + hi), 464.0f}) {
-      float a = mid / nv_factor;
-      for (int i = 0; i < 4; ++i) a = std::nextafter(a, 0.0f);
-      for (int i = 0; i < 9; ++i, a = std::nextafter(a, INFINITY)) v.push_back(a);
-    }
+  std::vector<float> edges = {464.0f};  // where E4M3 leaves its finite range
+  for (int code = 0; code < 0x7E; ++code) {  // midpoints between neighbouring finite E4M3 values
+    edges.push_back(0.5f * (fp8::decode(static_cast<uint8_t>(code), Format::E4M3) +
+                            fp8::decode(static_cast<uint8_t>(code + 1), Format::E4M3)));
+  }
+  for (float edge : edges) {
+    float a = edge / nv_factor;
+    for (int i = 0; i < 4; ++i) a = std::nextafter(a, 0.0f);
+    for (int i = 0; i < 9; ++i, a = std::nextafter(a, INFINITY)) v.push_back(a);
   }
   return v;
 }
@@ -265,16 +268,11 @@ std::vector<float> edge_amaxes(float nv_factor) {
 // The vector loop that turns block amaxes into scales, against CUDA's conversions, at every SIMD
 // level, in pieces of every length up to 17 (so that every tail is run) and as one array.
 TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
-  const BlockRecipe recipes[] = {{fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::RoundUp},
-                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::RoundUp},
-                                 {fp8::ScalingRecipe::MXFP8, Format::E4M3, fp8::MxScaleRule::OcpFloor},
-                                 {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::OcpFloor},
-                                 {fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}};
   int64_t checked = 0;
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;
     stats::force_simd_level_for_testing(level);
-    for (const BlockRecipe& r : recipes) {
+    for (const BlockRecipe& r : kBlockRecipes) {
       const bool nvfp4 = r.kind == fp8::ScalingRecipe::NVFP4;
       for (float tensor_amax : nvfp4 ? std::vector<float>{2688.0f, 1.0f, 3e38f, 1e-30f, 1e-40f, 0.0f} : std::vector<float>{1.0f}) {
         const float tensor_scale = fp8::nvfp4_tensor_scale(tensor_amax);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "capture/thread_state.h"
 
@@ -86,26 +87,34 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   return nullptr;
 }
 
+// Gives a depth back when the end callback returns, whatever its hooks did.
+struct DepthRelease {
+  int& depth;
+  ~DepthRelease() { --depth; }
+};
+
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
-    case at::RecordScope::FUNCTION:
-      --ts.op_depth;
-      if (ts.op_depth == 0 && ts.open_frame_owner != nullptr) {
-        Session* owner = ts.open_frame_owner;
-        owner->op_end(fn, ts);
-        ts.open_frame_owner = nullptr;
-      } else if (ts.open_backward_owner != nullptr && ts.op_depth == ts.backward_node_op_depth) {
+    case at::RecordScope::FUNCTION: {
+      // The depth is given back after the hooks: an op a hook runs itself is a nested op, which
+      // no hook sees, so the hooks need no RecordFunction guard (whose every use copies
+      // LibTorch's thread-local callback lists).
+      const DepthRelease release{ts.op_depth};
+      if (ts.op_depth == 1 && ts.open_frame_owner != nullptr) {
+        std::exchange(ts.open_frame_owner, nullptr)->op_end(fn, ts);
+      } else if (ts.open_backward_owner != nullptr && ts.op_depth == ts.backward_node_op_depth + 1) {
         ts.open_backward_owner->backward_op_end(fn, ts);
       }
       break;
-    case at::RecordScope::BACKWARD_FUNCTION:
-      if (--ts.backward_depth == 0 && ts.open_backward_owner != nullptr) {
-        Session* owner = ts.open_backward_owner;
-        owner->backward_node_end(ts);
-        ts.open_backward_owner = nullptr;
+    }
+    case at::RecordScope::BACKWARD_FUNCTION: {
+      const DepthRelease release{ts.backward_depth};
+      if (ts.backward_depth == 1 && ts.open_backward_owner != nullptr) {
+        std::exchange(ts.open_backward_owner, nullptr)->backward_node_end(ts);
       }
       break;
+    }
     case at::RecordScope::TORCHSCRIPT_FUNCTION:
       if (--ts.torchscript_depth == 0 && ts.auto_batch != nullptr) {
         Session* s = ts.auto_batch;

@@ -27,7 +27,6 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   // AccumulateGrad only adds a finished gradient into a parameter's .grad: that gradient was an
   // output of the node before it, and check_parameter_gradients() names it by parameter.
   if (std::strstr(fn.name(), "AccumulateGrad") != nullptr) return;
-  at::DisableRecordFunctionGuard no_recursion;
   c10::InferenceMode no_autograd;
 
   FrameRecord& f = ts.open_backward_frame;
@@ -66,7 +65,6 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
 void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
   if (stopped) return;
-  at::DisableRecordFunctionGuard no_recursion;
   c10::InferenceMode no_autograd;
   if (core::returns_uninitialized(fn.name())) return;  // a buffer the node fills next
   FrameRecord& f = ts.open_backward_frame;

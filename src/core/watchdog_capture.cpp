@@ -174,8 +174,8 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     return;
   }
 
-  // Reading statistics must neither re-enter this callback nor build autograd history.
-  at::DisableRecordFunctionGuard no_recursion;
+  // Reading statistics must not build autograd history. (Ops run here are nested ops, which the
+  // callback ignores: src/capture/record_hooks.cpp.)
   c10::InferenceMode no_autograd;
 
   FrameRecord& f = ts.open_frame;
@@ -239,7 +239,6 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
     ts.ending_op.inputs.clear();  // held since its start: released with the op
     return;
   }
-  at::DisableRecordFunctionGuard no_recursion;
   c10::InferenceMode no_autograd;
 
   FrameRecord& f = ts.open_frame;

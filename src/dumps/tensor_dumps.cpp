@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <fmt/format.h>
@@ -58,7 +59,9 @@ c10::IValue standalone(const c10::IValue& v) {
   return v;
 }
 
+// The copies a dump makes are the sentinel's, not the model's: a profiler must not see them.
 std::vector<char> pickle_tuple(const std::vector<c10::IValue>& values) {
+  at::DisableRecordFunctionGuard not_recorded;
   std::vector<c10::IValue> elements;
   for (const auto& v : values) elements.push_back(standalone(v));
   return torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(elements)));
@@ -66,7 +69,10 @@ std::vector<char> pickle_tuple(const std::vector<c10::IValue>& values) {
 
 }  // namespace
 
-std::vector<char> pickle_tensor(const at::Tensor& t) { return torch::jit::pickle_save(standalone(t)); }
+std::vector<char> pickle_tensor(const at::Tensor& t) {
+  at::DisableRecordFunctionGuard not_recorded;
+  return torch::jit::pickle_save(standalone(t));
+}
 
 TensorDumper::TensorDumper(const DumpOptions& options, const std::string& log_dir)
     : options_(options), enabled_(options.enabled()) {

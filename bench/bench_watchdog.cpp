@@ -166,6 +166,33 @@ void BM_RankExchange2(benchmark::State& state) {
   other.join();
 }
 
+// What watching costs per op, apart from reading: 256 ops on a 16-element tensor, whose reads are
+// negligible, so (watched - unwatched) / 256 is the time the hooks take per op.
+struct TinyOpsImpl : torch::nn::Module {
+  static constexpr int kOps = 256;
+  torch::Tensor forward(torch::Tensor x) {
+    for (int i = 0; i < kOps; ++i) x = torch::add(x, 1.0);
+    return x;
+  }
+};
+TORCH_MODULE(TinyOps);
+
+void BM_TinyOpsUnwatched(benchmark::State& state) {
+  TinyOps model;
+  const auto x = torch::zeros({16});
+  torch::NoGradGuard no_grad;
+  for (auto _ : state) benchmark::DoNotOptimize(model->forward(x));
+}
+
+void BM_TinyOpsWatched(benchmark::State& state) {
+  TinyOps model;
+  const auto x = torch::zeros({16});
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  for (auto _ : state) benchmark::DoNotOptimize(debug.forward(x));
+}
+
 // The statistics pass alone (stats_pass_cases.h), and fused with the FP8 probe or the menu.
 using bench_cases::at_level;
 using bench_cases::BM_AtSum;
@@ -214,6 +241,8 @@ BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepCollected)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RankExchange2)->Iterations(2000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TinyOpsUnwatched)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TinyOpsWatched)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AtSum)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassHalfZeros)->Unit(benchmark::kMillisecond);

@@ -25,15 +25,15 @@ def base_of(name):
         return runs.get("BM_StatsPass" + level)
     if name.startswith("BM_RankExchange"):  # what the exchange adds to a watched training step
         return runs.get("BM_TrainStepWatched")
-    model = next((m for m in ("Scripted", "Conv") if name.startswith("BM_" + m)), "")
+    model = next((m for m in ("Scripted", "Conv", "TinyOps") if name.startswith("BM_" + m)), "")
     return runs.get("BM_" + model + ("TrainStepUnwatched" if "TrainStep" in name else "Unwatched"))
 cv = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "cv"}
-print(f"{'case':<30}{'median ms':>12}{'ratio':>9}{'cv':>8}")
+print(f"{'case':<30}{'median':>15}{'ratio':>9}{'cv':>8}")
 for name, b in sorted(runs.items()):
     spread = cv.get(name, {}).get("real_time", float("nan"))
     base = base_of(name)
     ratio = b["real_time"] / base["real_time"] if base else float("nan")
-    print(f"{name[3:]:<30}{b['real_time']:>12.2f}{ratio:>9.3f}{spread:>8.1%}")
+    print(f"{name[3:]:<30}{b['real_time']:>12.2f} {b['time_unit']:<2}{ratio:>9.3f}{spread:>8.1%}")
 if "BM_StatsPass" in runs and "BM_AtSum" in runs:
     share = runs["BM_AtSum"]["real_time"] / runs["BM_StatsPass"]["real_time"]
     print(f"statistics pass bandwidth / at::sum bandwidth: {share:.1%}")

@@ -5,7 +5,6 @@
 #include <sentinel/sentinel.h>
 
 #include <filesystem>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -288,20 +287,27 @@ TEST(CppFrontend, WatchedForwardEqualsUnwatchedBitForBit) {
   for (size_t b = 0; b < inputs.size(); ++b) EXPECT_TRUE(torch::equal(debug.forward(inputs[b]), unwatched[b])) << b;
 }
 
-// What a profiler sees: the model's own ops, the same watched as unwatched. The sentinel's own
-// work (statistics, and the copies a tensor dump makes inside the op callbacks) is never recorded.
-std::vector<std::string> ops_a_profiler_sees(const std::function<void()>& step) {
+// What a profiler sees over one training step of `model`: the model's own ops, the same watched
+// as unwatched. The sentinel's own work (statistics, and the copies a tensor dump makes inside
+// the op callbacks) is never recorded.
+template <typename Forward, typename Backward>
+std::vector<std::string> ops_a_profiler_sees(Mlp& model, const torch::Tensor& x, Forward forward, Backward backward) {
+  model->zero_grad(/*set_to_none=*/true);  // each run's AccumulateGrad starts from no gradient
   static thread_local std::vector<std::string>* seen = nullptr;
   std::vector<std::string> names;
-  seen = &names;
-  const auto handle = at::addThreadLocalCallback(
+  struct Recording {
+    at::CallbackHandle handle;
+    ~Recording() {
+      at::removeCallback(handle);
+      seen = nullptr;
+    }
+  } recording{at::addThreadLocalCallback(
       at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
         if (seen) seen->emplace_back(fn.name());
         return nullptr;
-      }).scopes({at::RecordScope::FUNCTION}));
-  step();
-  at::removeCallback(handle);
-  seen = nullptr;
+      }).scopes({at::RecordScope::FUNCTION}))};
+  seen = &names;
+  backward(forward(x).pow(2).sum());
   return names;
 }
 
@@ -309,13 +315,8 @@ TEST(CppFrontend, AProfilerSeesTheSameOpsWatchedAsUnwatched) {
   torch::manual_seed(0);
   Mlp model;
   const auto x = small_input();
-  auto train_step = [&](const std::function<torch::Tensor(const torch::Tensor&)>& forward,
-                        const std::function<void(const torch::Tensor&)>& backward) {
-    model->zero_grad(/*set_to_none=*/true);  // each run's AccumulateGrad starts from no gradient
-    return [&, forward, backward] { backward(forward(x).pow(2).sum()); };
-  };
   const auto unwatched = ops_a_profiler_sees(
-      train_step([&](const torch::Tensor& in) { return model->forward(in); }, [](const torch::Tensor& loss) { loss.backward(); }));
+      model, x, [&](const torch::Tensor& in) { return model->forward(in); }, [](const torch::Tensor& loss) { loss.backward(); });
   ASSERT_GT(unwatched.size(), 10u);
 
   const auto dir = std::filesystem::temp_directory_path() / ("sentinel_profiled_" + std::to_string(::getpid()));
@@ -324,8 +325,8 @@ TEST(CppFrontend, AProfilerSeesTheSameOpsWatchedAsUnwatched) {
     auto options = sentinel::Options().output(out);
     if (dumps) options.dumps(sentinel::DumpOptions().enabled(true).dir(dir.string()));
     sentinel::DebugUnderflowOverflow debug(model, options);
-    const auto watched = ops_a_profiler_sees(train_step([&](const torch::Tensor& in) { return debug.forward(in); },
-                                                        [&](const torch::Tensor& loss) { debug.backward(loss); }));
+    const auto watched = ops_a_profiler_sees(
+        model, x, [&](const torch::Tensor& in) { return debug.forward(in); }, [&](const torch::Tensor& loss) { debug.backward(loss); });
     size_t same = 0;
     while (same < watched.size() && same < unwatched.size() && watched[same] == unwatched[same]) ++same;
     EXPECT_EQ(same, unwatched.size()) << (dumps ? "with tensor dumps" : "default options") << ": op " << same << " is "

@@ -19,8 +19,18 @@ stats::Fp8ProbeParams e2m1_format() {
   return stats::make_element_params(1.0f, fp8::kE2M1Max, /*min_subnormal=*/0.5f, /*mantissa_bits=*/1);
 }
 
+// A product that feeds the rounding add must be rounded on its own, as the hardware's cast rounds
+// it: this file is built with contraction on (the error sums are fused multiply-adds), and the
+// empty asm keeps the compiler from fusing the product into the add.
+template <typename T>
+__attribute__((always_inline)) inline void keep_rounded(T& v) {
+  __asm__("" : "+v"(v));
+}
+
 float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& overflow) {
-  const float q0 = stats::fp8_round_scaled(ax * encode, e);
+  float a = ax * encode;
+  keep_rounded(a);
+  const float q0 = stats::fp8_round_scaled(a, e);
   overflow = !(q0 <= e.max);
   return stats::fp8_saturate(q0, e.max);  // NaN (a value too large for its magic): max
 }
@@ -32,6 +42,7 @@ struct Vec {
   typedef float V __attribute__((vector_size(kBytes)));
   typedef int32_t M __attribute__((vector_size(kBytes)));
   typedef uint32_t U __attribute__((vector_size(kBytes)));
+  typedef double D __attribute__((vector_size(2 * kBytes)));  // the lanes widened
   static constexpr int L = kBytes / 4;
 };
 
@@ -78,10 +89,33 @@ struct AmaxTree {
   }
 };
 
-template <int kBytes>
-__attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t nblocks, int block, float* amax,
-                                                       uint8_t* special) {
-  using V = typename Vec<kBytes>::V;
+// The max of |x|'s bits over one block of kBlock floats, into m.
+template <int kBytes, int kBlock>
+__attribute__((always_inline)) inline void block_max_bits(const float* b, typename Vec<kBytes>::M& m) {
+  using M = typename Vec<kBytes>::M;
+  constexpr int L = Vec<kBytes>::L;
+  typename Vec<kBytes>::V ax;
+  load_abs<kBytes>(b, ax);
+  std::memcpy(&m, &ax, sizeof m);
+#pragma GCC unroll 8
+  for (int i = L; i < kBlock; i += L) {
+    load_abs<kBytes>(b + i, ax);
+    M bits;
+    std::memcpy(&bits, &ax, sizeof bits);
+    m = bits > m ? bits : m;
+  }
+}
+
+// L blocks read in memory order (the prefetchers follow a plain stream), block j into
+// v[bit_reversed(j)] as the tree wants them; the indices are constants, so v stays in registers.
+template <int kBytes, int kBlock, size_t... J>
+__attribute__((always_inline)) inline void load_block_maxes(const float* p, typename Vec<kBytes>::M* v,
+                                                            std::index_sequence<J...>) {
+  (block_max_bits<kBytes, kBlock>(p + J * kBlock, v[AmaxTree<kBytes>::bit_reversed(J)]), ...);
+}
+
+template <int kBytes, int kBlock>
+__attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t nblocks, float* amax, uint8_t* special) {
   using M = typename Vec<kBytes>::M;
   using Tree = AmaxTree<kBytes>;
   constexpr int L = Vec<kBytes>::L;
@@ -91,21 +125,7 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
   int64_t k = 0;
   for (; k + L <= nblocks; k += L) {
     M v[L];
-#pragma GCC unroll 16
-    for (int j = 0; j < L; ++j) {
-      const float* b = p + (k + Tree::bit_reversed(j)) * block;
-      V ax;
-      load_abs<kBytes>(b, ax);
-      M m;
-      std::memcpy(&m, &ax, sizeof m);
-      for (int i = L; i < block; i += L) {
-        load_abs<kBytes>(b + i, ax);
-        M bits;
-        std::memcpy(&bits, &ax, sizeof bits);
-        m = bits > m ? bits : m;
-      }
-      v[j] = m;
-    }
+    load_block_maxes<kBytes, kBlock>(p + k * kBlock, v, std::make_index_sequence<L>());
     Tree::template rounds<L / 2>(v, L);
     const M odd = v[0] >= inf_bits ? M{} + 1 : M{};
     any |= odd;
@@ -114,15 +134,8 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
     std::memcpy(special + k, &flags, sizeof flags);
   }
   for (; k < nblocks; ++k) {  // the last blocks, one at a time
-    const float* b = p + k * block;
-    M m = M{};
-    for (int i = 0; i < block; i += L) {
-      V ax;
-      load_abs<kBytes>(b + i, ax);
-      M bits;
-      std::memcpy(&bits, &ax, sizeof bits);
-      m = bits > m ? bits : m;
-    }
+    M m;
+    block_max_bits<kBytes, kBlock>(p + k * kBlock, m);
     int32_t mx = 0;
     for (int l = 0; l < L; ++l) mx = m[l] > mx ? m[l] : mx;
     std::memcpy(amax + k, &mx, sizeof mx);
@@ -135,71 +148,119 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
   for (int64_t j = 0; j < nblocks && nonfinite; ++j) {
     if (amax[j] == amax[j]) continue;
     float mx = 0.0f;
-    for (int i = 0; i < block; ++i) {
-      const float a = std::fabs(p[j * block + i]);
+    for (int i = 0; i < kBlock; ++i) {
+      const float a = std::fabs(p[j * kBlock + i]);
       mx = a > mx ? a : mx;
     }
     amax[j] = mx;
   }
 }
 
+// The cast's float sums over a few vectors: two sets, filled alternately, so that consecutive
+// vectors do not wait on each other's additions.
 template <int kBytes>
-__attribute__((always_inline)) inline void cast_body(const float* p, int64_t nblocks, int block, const float* encode,
+struct CastSums {
+  using V = typename Vec<kBytes>::V;
+  V se = V{}, xq = V{}, xx = V{}, qq = V{};
+};
+
+template <int kBytes, int kBlock>
+__attribute__((always_inline)) inline void cast_body(const float* p, int64_t nblocks, const float* encode,
                                                      const float* decode, const uint8_t* skip,
                                                      const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   using V = typename Vec<kBytes>::V;
   using M = typename Vec<kBytes>::M;
   using U = typename Vec<kBytes>::U;
+  using D = typename Vec<kBytes>::D;
   constexpr int L = Vec<kBytes>::L;
+  constexpr int kVectors = kBlock / L;         // per block
+  constexpr int kStep = kVectors >= 2 ? 1 : 2;  // blocks per step: at least two vectors
+  constexpr int kGroup = 256 / kBlock;          // blocks summed in float lanes, then widened
+  static_assert(kBlock % L == 0 && kGroup % 8 == 0, "whole vectors per block, skip flags read 8 at a time");
   const V vmax = V{} + e.max, vfloor = V{} + e.magic_floor, zero = V{};
   const V vover = V{} + e.overflow_above, vbelow = V{} + e.underflow_below;
   const U exp_mask = U{} + 0x7f800000u, offset = U{} + e.magic_offset;
   // Counts by thresholds on the scaled value (rounding is monotonic in it), one plain comparison
   // each: masks combined with & or ~ make the compiler scalarise the AVX-512 clone.
   M over = M{}, below = M{}, zeros = M{};
-  V se = V{}, xq = V{}, xx = V{}, qq = V{};
-  int64_t in_lanes = 0;  // elements summed in the float lanes since they were last widened
-  auto widen = [&]() {
-    for (int l = 0; l < L; ++l) {
-      out.sum_sq_error += se[l];
-      out.sum_x_q += xq[l];
-      out.sum_x_sq += xx[l];
-      out.sum_q_sq += qq[l];
-    }
-    se = xq = xx = qq = V{};
-    in_lanes = 0;
-  };
-  for (int64_t k = 0; k < nblocks; ++k) {
-    if (skip[k]) continue;
-    const float* b = p + k * block;
-    const V venc = V{} + encode[k], vdec = V{} + decode[k];
-    for (int i = 0; i < block; i += L) {
-      V ax;
-      load_abs<kBytes>(b + i, ax);
-      const V a = ax * venc;
-      U abits;
-      std::memcpy(&abits, &a, sizeof abits);
-      const U mbits = (abits & exp_mask) + offset;
-      V magic;
-      std::memcpy(&magic, &mbits, sizeof magic);
-      magic = magic > vfloor ? magic : vfloor;
-      const V q0 = (a + magic) - magic;
+  CastSums<kBytes> sums[2];
+  D se = D{}, xq = D{}, xx = D{}, qq = D{};
+  auto cast_vector = [&](const float* x, const V& venc, const V& vdec, CastSums<kBytes>& s)
+                         __attribute__((always_inline)) {
+    V ax;
+    load_abs<kBytes>(x, ax);
+    V a = ax * venc;
+    keep_rounded(a);
+    U abits;
+    std::memcpy(&abits, &a, sizeof abits);
+    const U mbits = (abits & exp_mask) + offset;
+    V magic;
+    std::memcpy(&magic, &mbits, sizeof magic);
+    magic = magic > vfloor ? magic : vfloor;
+    const V q0 = (a + magic) - magic;
+    if constexpr (kBytes == 64) {  // AVX-512: an add under the comparison's mask
+      over = a > vover ? over + 1 : over;
+      below = a < vbelow ? below + 1 : below;
+      zeros = ax == zero ? zeros + 1 : zeros;
+    } else {  // a comparison is a vector of -1s
       over -= a > vover;
       below -= a < vbelow;
       zeros -= ax == zero;
-      const V q = q0 < vmax ? q0 : vmax;  // NaN (a value too large for its magic): max
-      const V xh = q * vdec;
-      const V err = ax - xh;
-      se += err * err;
-      xq += ax * xh;
-      xx += ax * ax;
-      qq += xh * xh;
     }
-    in_lanes += block;
-    if (in_lanes >= 256) widen();
+    const V q = q0 < vmax ? q0 : vmax;  // NaN (a value too large for its magic): max
+    const V xh = q * vdec;
+    const V err = ax - xh;
+    s.se += err * err;
+    s.xq += ax * xh;
+    s.xx += ax * ax;
+    s.qq += xh * xh;
+  };
+  // kStep blocks from block k, their vectors alternating between the two sets.
+  auto cast_step = [&](int64_t k) __attribute__((always_inline)) {
+#pragma GCC unroll 2
+    for (int j = 0; j < kStep; ++j) {
+      const V venc = encode[k + j] - V{}, vdec = decode[k + j] - V{};  // x - 0 is x, even -0
+#pragma GCC unroll 8
+      for (int i = 0; i < kVectors; ++i) cast_vector(p + (k + j) * kBlock + i * L, venc, vdec, sums[(j * kVectors + i) & 1]);
+    }
+  };
+  auto cast_one = [&](int64_t k) {  // one block: in a group that holds skipped ones, or the last
+    const V venc = encode[k] - V{}, vdec = decode[k] - V{};
+    for (int i = 0; i < kVectors; ++i) cast_vector(p + k * kBlock + i * L, venc, vdec, sums[i & 1]);
+  };
+  auto widen = [&]() {
+    se += __builtin_convertvector(sums[0].se + sums[1].se, D);
+    xq += __builtin_convertvector(sums[0].xq + sums[1].xq, D);
+    xx += __builtin_convertvector(sums[0].xx + sums[1].xx, D);
+    qq += __builtin_convertvector(sums[0].qq + sums[1].qq, D);
+    sums[0] = sums[1] = CastSums<kBytes>{};
+  };
+  int64_t k = 0;
+  for (; k + kGroup <= nblocks; k += kGroup) {
+    uint64_t flags = 0;
+    for (int g = 0; g < kGroup; g += 8) {
+      uint64_t w;
+      std::memcpy(&w, skip + k + g, sizeof w);
+      flags |= w;
+    }
+    if (flags == 0) {
+      for (int g = 0; g < kGroup; g += kStep) cast_step(k + g);
+    } else {
+      for (int g = 0; g < kGroup; ++g) {
+        if (!skip[k + g]) cast_one(k + g);
+      }
+    }
+    widen();
+  }
+  for (; k < nblocks; ++k) {
+    if (!skip[k]) cast_one(k);
   }
   widen();
   for (int l = 0; l < L; ++l) {
+    out.sum_sq_error += se[l];
+    out.sum_x_q += xq[l];
+    out.sum_x_sq += xx[l];
+    out.sum_q_sq += qq[l];
     out.overflow += static_cast<uint32_t>(over[l]);
     out.underflow += static_cast<uint32_t>(below[l] - zeros[l]);  // below counts the zeros too
   }
@@ -330,30 +391,37 @@ __attribute__((always_inline)) inline void scales_any(const float* amax, const u
   scales_for<ScalingRecipe::MXFP8, MxScaleRule::OcpFloor>(amax, special, n, rule, out, tally);
 }
 
-// One variant per level, each the same body in its instruction set and its register width.
-__attribute__((target("arch=x86-64-v4"), noinline)) void amaxes_v4(const float* p, int64_t n, int b, float* a, uint8_t* s) {
-  amaxes_body<64>(p, n, b, a, s);
+// One variant per level and block size, each the same body in its instruction set and its
+// register width.
+template <int kBlock>
+__attribute__((target("arch=x86-64-v4"), noinline)) void amaxes_v4(const float* p, int64_t n, float* a, uint8_t* s) {
+  amaxes_body<64, kBlock>(p, n, a, s);
 }
-__attribute__((target("arch=x86-64-v3"), noinline)) void amaxes_v3(const float* p, int64_t n, int b, float* a, uint8_t* s) {
-  amaxes_body<32>(p, n, b, a, s);
+template <int kBlock>
+__attribute__((target("arch=x86-64-v3"), noinline)) void amaxes_v3(const float* p, int64_t n, float* a, uint8_t* s) {
+  amaxes_body<32, kBlock>(p, n, a, s);
 }
-__attribute__((noinline)) void amaxes_baseline(const float* p, int64_t n, int b, float* a, uint8_t* s) {
-  amaxes_body<16>(p, n, b, a, s);
+template <int kBlock>
+__attribute__((noinline)) void amaxes_baseline(const float* p, int64_t n, float* a, uint8_t* s) {
+  amaxes_body<16, kBlock>(p, n, a, s);
 }
 
-__attribute__((target("arch=x86-64-v4"), noinline)) void cast_v4(const float* p, int64_t n, int b, const float* enc,
+template <int kBlock>
+__attribute__((target("arch=x86-64-v4"), noinline)) void cast_v4(const float* p, int64_t n, const float* enc,
                                                                  const float* dec, const uint8_t* skip,
                                                                  const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  cast_body<64>(p, n, b, enc, dec, skip, e, out);
+  cast_body<64, kBlock>(p, n, enc, dec, skip, e, out);
 }
-__attribute__((target("arch=x86-64-v3"), noinline)) void cast_v3(const float* p, int64_t n, int b, const float* enc,
+template <int kBlock>
+__attribute__((target("arch=x86-64-v3"), noinline)) void cast_v3(const float* p, int64_t n, const float* enc,
                                                                  const float* dec, const uint8_t* skip,
                                                                  const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  cast_body<32>(p, n, b, enc, dec, skip, e, out);
+  cast_body<32, kBlock>(p, n, enc, dec, skip, e, out);
 }
-__attribute__((noinline)) void cast_baseline(const float* p, int64_t n, int b, const float* enc, const float* dec,
+template <int kBlock>
+__attribute__((noinline)) void cast_baseline(const float* p, int64_t n, const float* enc, const float* dec,
                                              const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  cast_body<16>(p, n, b, enc, dec, skip, e, out);
+  cast_body<16, kBlock>(p, n, enc, dec, skip, e, out);
 }
 
 __attribute__((target("arch=x86-64-v4"), noinline)) void scales_v4(const float* a, const uint8_t* s, int64_t n,
@@ -369,15 +437,32 @@ __attribute__((noinline)) void scales_baseline(const float* a, const uint8_t* s,
   scales_any(a, s, n, r, o, t);
 }
 
+template <int kBlock>
+void block_amaxes_of(const float* p, int64_t nblocks, float* amax, uint8_t* special) {
+  switch (stats::simd_level()) {
+    case stats::SimdLevel::V4: return amaxes_v4<kBlock>(p, nblocks, amax, special);
+    case stats::SimdLevel::V3: return amaxes_v3<kBlock>(p, nblocks, amax, special);
+    case stats::SimdLevel::Baseline: break;
+  }
+  amaxes_baseline<kBlock>(p, nblocks, amax, special);
+}
+
+template <int kBlock>
+void cast_blocks_of(const float* p, int64_t nblocks, const float* encode, const float* decode, const uint8_t* skip,
+                    const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
+  switch (stats::simd_level()) {
+    case stats::SimdLevel::V4: return cast_v4<kBlock>(p, nblocks, encode, decode, skip, e, out);
+    case stats::SimdLevel::V3: return cast_v3<kBlock>(p, nblocks, encode, decode, skip, e, out);
+    case stats::SimdLevel::Baseline: break;
+  }
+  cast_baseline<kBlock>(p, nblocks, encode, decode, skip, e, out);
+}
+
 }  // namespace
 
 void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8_t* special) {
-  switch (stats::simd_level()) {
-    case stats::SimdLevel::V4: return amaxes_v4(p, nblocks, block, amax, special);
-    case stats::SimdLevel::V3: return amaxes_v3(p, nblocks, block, amax, special);
-    case stats::SimdLevel::Baseline: break;
-  }
-  amaxes_baseline(p, nblocks, block, amax, special);
+  if (block == 16) return block_amaxes_of<16>(p, nblocks, amax, special);
+  block_amaxes_of<32>(p, nblocks, amax, special);
 }
 
 void block_scales(const float* amax, const uint8_t* special, int64_t n, const ScaleRule& rule, uint8_t* code,
@@ -393,12 +478,8 @@ void block_scales(const float* amax, const uint8_t* special, int64_t n, const Sc
 
 void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,
                  const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  switch (stats::simd_level()) {
-    case stats::SimdLevel::V4: return cast_v4(p, nblocks, block, encode, decode, skip, e, out);
-    case stats::SimdLevel::V3: return cast_v3(p, nblocks, block, encode, decode, skip, e, out);
-    case stats::SimdLevel::Baseline: break;
-  }
-  cast_baseline(p, nblocks, block, encode, decode, skip, e, out);
+  if (block == 16) return cast_blocks_of<16>(p, nblocks, encode, decode, skip, e, out);
+  cast_blocks_of<32>(p, nblocks, encode, decode, skip, e, out);
 }
 
 }  // namespace recipes

@@ -49,14 +49,17 @@ struct ScaleTally {
 void block_scales(const float* amax, const uint8_t* special, int64_t n, const ScaleRule& rule, uint8_t* code,
                   float* encode, float* decode, uint8_t* skip, ScaleTally& tally);
 
-// For nblocks blocks of `block` (16 or 32) floats at p: amax[k] = max |x| of block k (NaN
-// ignored, as fmaxf does; inf counts), special[k] = 1 if the block holds an inf or NaN.
+// `block` is 16 or 32 (NVFP4's and MXFP8's): each size has loops of its own, unrolled over a block.
+
+// For nblocks blocks of `block` floats at p: amax[k] = max |x| of block k (NaN ignored, as fmaxf
+// does; inf counts), special[k] = 1 if the block holds an inf or NaN.
 void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8_t* special);
 
 // Casts every element of the blocks not marked in `skip` with its block's encode/decode factors
 // and adds the overflow and underflow counts and the sums, in the dequantized domain (x and
-// x_hat = q * decode; float lanes over 256 elements, then double). `count` is left to the caller,
-// which knows how many elements were padding (zeros, which add nothing else).
+// x_hat = q * decode; float lanes over 256 elements, then double; fused multiply-adds where the
+// CPU has them). `count` is left to the caller, which knows how many elements were padding
+// (zeros, which add nothing else).
 void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,
                  const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out);
 

@@ -75,8 +75,12 @@ class BlockCaster {
     if (tile_rows > 0) spread_tiles(groups, tile_rows);
     cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), skip_.data(), element_, out_.cast);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
-    for (int64_t k = 0; k < nblocks; ++k) {
-      if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k]);
+    for (int64_t k0 = 0; k0 < nblocks; k0 += 8) {  // eight flags at a time: skipped blocks are rare
+      uint64_t any = 0;
+      std::memcpy(&any, skip_.data() + k0, std::min<int64_t>(8, nblocks - k0));
+      for (int64_t k = k0; any != 0 && k < std::min<int64_t>(k0 + 8, nblocks); ++k) {
+        if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k]);
+      }
     }
     out_.cast.count += elements - excluded;
   }

@@ -212,7 +212,10 @@ struct Case {
 TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
   const Case cases[] = {{{6, 96}, -1, false, false}, {{5, 37}, -1, false, false}, {{37, 5}, 0, false, false},
                         {{40, 64}, 0, true, false},  {{2, 3, 50}, 1, false, false}, {{40, 37}, -1, false, true},
-                        {{33, 70}, -1, true, true},  {{16, 16}, -1, false, true},   {{1, 1}, -1, false, false}};
+                        {{33, 70}, -1, true, true},  {{16, 16}, -1, false, true},   {{1, 1}, -1, false, false},
+                        // Past the adversarial values, whole groups of ordinary blocks: the cast's
+                        // fast loop, and groups holding skipped blocks, at every level.
+                        {{3, 2048}, -1, false, false}, {{48, 160}, -1, false, true}};
   int checked = 0;
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "stats/fp8_round_lanes.h"
 #include "stats/simd_level.h"
 
 namespace sentinel {
@@ -191,13 +192,8 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
     load_abs<kBytes>(x, ax);
     V a = ax * venc;
     keep_rounded(a);
-    U abits;
-    std::memcpy(&abits, &a, sizeof abits);
-    const U mbits = (abits & exp_mask) + offset;
-    V magic;
-    std::memcpy(&magic, &mbits, sizeof magic);
-    magic = magic > vfloor ? magic : vfloor;
-    const V q0 = (a + magic) - magic;
+    V q0;
+    stats::fp8_round_lanes(a, exp_mask, offset, vfloor, q0);
     if constexpr (kBytes == 64) {  // AVX-512: an add under the comparison's mask
       over = a > vover ? over + 1 : over;
       below = a < vbelow ? below + 1 : below;

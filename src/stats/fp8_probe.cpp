@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "stats/fp8_probe_math.h"
+#include "stats/fp8_round_lanes.h"
 #include "stats/simd_kernels.h"
 #include "stats/tensor_stats.h"
 #include "stats/tensor_walk.h"
@@ -113,13 +114,8 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
       zeros -= (ax == zero);
       below -= (ax < vbelow);
       const V a = ax * vscale;
-      U abits;
-      std::memcpy(&abits, &a, sizeof abits);
-      const U mbits = (abits & exp_mask) + offset;
-      V magic;
-      std::memcpy(&magic, &mbits, sizeof magic);
-      magic = magic > vfloor ? magic : vfloor;
-      const V q0 = (a + magic) - magic;
+      V q0;
+      fp8_round_lanes(a, exp_mask, offset, vfloor, q0);
       const V q = q0 < vmax ? q0 : vmax;  // NaN (from the largest values): max
       const V err = a - q;
       se += err * err;

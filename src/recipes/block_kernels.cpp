@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "recipes/block_lanes.h"
 #include "stats/fp8_round_lanes.h"
 #include "stats/simd_level.h"
 
@@ -20,14 +21,6 @@ stats::Fp8ProbeParams e2m1_format() {
   return stats::make_element_params(1.0f, fp8::kE2M1Max, /*min_subnormal=*/0.5f, /*mantissa_bits=*/1);
 }
 
-// A product that feeds the rounding add must be rounded on its own, as the hardware's cast rounds
-// it: this file is built with contraction on (the error sums are fused multiply-adds), and the
-// empty asm keeps the compiler from fusing the product into the add.
-template <typename T>
-__attribute__((always_inline)) inline void keep_rounded(T& v) {
-  __asm__("" : "+v"(v));
-}
-
 float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& overflow) {
   float a = ax * encode;
   keep_rounded(a);
@@ -37,25 +30,6 @@ float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& 
 }
 
 namespace {
-
-template <int kBytes>
-struct Vec {
-  typedef float V __attribute__((vector_size(kBytes)));
-  typedef int32_t M __attribute__((vector_size(kBytes)));
-  typedef uint32_t U __attribute__((vector_size(kBytes)));
-  typedef double D __attribute__((vector_size(2 * kBytes)));  // the lanes widened
-  static constexpr int L = kBytes / 4;
-};
-
-// |p[0..L)| into `out` (by reference: a vector returned by value would change the ABI between
-// the variants).
-template <int kBytes>
-__attribute__((always_inline)) inline void load_abs(const float* p, typename Vec<kBytes>::V& out) {
-  typename Vec<kBytes>::M m;
-  std::memcpy(&m, p, sizeof m);
-  m &= 0x7fffffff;
-  std::memcpy(&out, &m, sizeof out);
-}
 
 // L blocks at once: each block's vectors are folded into one by an integer max of the bits of
 // |x| (they order as |x| does, inf and NaN above every finite value), then the L vectors are
@@ -90,20 +64,23 @@ struct AmaxTree {
   }
 };
 
-// The max of |x|'s bits over one block of kBlock floats, into m.
+// The max of |x|'s bits over one block of kBlock floats, into m; their min folded into `low`.
 template <int kBytes, int kBlock>
-__attribute__((always_inline)) inline void block_max_bits(const float* b, typename Vec<kBytes>::M& m) {
+__attribute__((always_inline)) inline void block_max_bits(const float* b, typename Vec<kBytes>::M& m,
+                                                          typename Vec<kBytes>::M& low) {
   using M = typename Vec<kBytes>::M;
   constexpr int L = Vec<kBytes>::L;
   typename Vec<kBytes>::V ax;
   load_abs<kBytes>(b, ax);
   std::memcpy(&m, &ax, sizeof m);
+  low = m < low ? m : low;
 #pragma GCC unroll 8
   for (int i = L; i < kBlock; i += L) {
     load_abs<kBytes>(b + i, ax);
     M bits;
     std::memcpy(&bits, &ax, sizeof bits);
     m = bits > m ? bits : m;
+    low = bits < low ? bits : low;
   }
 }
 
@@ -111,12 +88,22 @@ __attribute__((always_inline)) inline void block_max_bits(const float* b, typena
 // v[bit_reversed(j)] as the tree wants them; the indices are constants, so v stays in registers.
 template <int kBytes, int kBlock, size_t... J>
 __attribute__((always_inline)) inline void load_block_maxes(const float* p, typename Vec<kBytes>::M* v,
-                                                            std::index_sequence<J...>) {
-  (block_max_bits<kBytes, kBlock>(p + J * kBlock, v[AmaxTree<kBytes>::bit_reversed(J)]), ...);
+                                                            typename Vec<kBytes>::M& low, std::index_sequence<J...>) {
+  (block_max_bits<kBytes, kBlock>(p + J * kBlock, v[AmaxTree<kBytes>::bit_reversed(J)], low), ...);
+}
+
+// Every lane of m set to the min over its lanes: log2(L) rotations, each halving the distance.
+template <int kBytes, int H, size_t... I>
+__attribute__((always_inline)) inline void min_all_lanes(typename Vec<kBytes>::M& m, std::index_sequence<I...> lanes) {
+  constexpr int L = Vec<kBytes>::L;
+  const typename Vec<kBytes>::M r = __builtin_shufflevector(m, m, int((I + H) % L)...);
+  m = r < m ? r : m;
+  if constexpr (H > 1) min_all_lanes<kBytes, H / 2>(m, lanes);
 }
 
 template <int kBytes, int kBlock>
-__attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t nblocks, float* amax, uint8_t* special) {
+__attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t nblocks, float* amax, float* low,
+                                                       uint8_t* special) {
   using M = typename Vec<kBytes>::M;
   using Tree = AmaxTree<kBytes>;
   constexpr int L = Vec<kBytes>::L;
@@ -126,20 +113,27 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
   int64_t k = 0;
   for (; k + L <= nblocks; k += L) {
     M v[L];
-    load_block_maxes<kBytes, kBlock>(p + k * kBlock, v, std::make_index_sequence<L>());
+    // The smallest |x| of the L blocks: one min per vector, where each block's own would need
+    // a second tree. It bounds every one of them from below, which is all the cast asks of it.
+    M lows = M{} + 0x7fffffff;
+    load_block_maxes<kBytes, kBlock>(p + k * kBlock, v, lows, std::make_index_sequence<L>());
     Tree::template rounds<L / 2>(v, L);
     const M odd = v[0] >= inf_bits ? M{} + 1 : M{};
     any |= odd;
     const B flags = __builtin_convertvector(odd, B);
     std::memcpy(amax + k, &v[0], sizeof v[0]);
+    min_all_lanes<kBytes, L / 2>(lows, std::make_index_sequence<L>());
+    std::memcpy(low + k, &lows, sizeof lows);
     std::memcpy(special + k, &flags, sizeof flags);
   }
   for (; k < nblocks; ++k) {  // the last blocks, one at a time
-    M m;
-    block_max_bits<kBytes, kBlock>(p + k * kBlock, m);
+    M m, lows = M{} + 0x7fffffff;
+    block_max_bits<kBytes, kBlock>(p + k * kBlock, m, lows);
     int32_t mx = 0;
     for (int l = 0; l < L; ++l) mx = m[l] > mx ? m[l] : mx;
+    min_all_lanes<kBytes, L / 2>(lows, std::make_index_sequence<L>());
     std::memcpy(amax + k, &mx, sizeof mx);
+    std::memcpy(low + k, &lows, sizeof(float));
     special[k] = mx >= 0x7f800000;
     any[0] |= special[k];
   }
@@ -157,111 +151,6 @@ __attribute__((always_inline)) inline void amaxes_body(const float* p, int64_t n
   }
 }
 
-// The cast's float sums over a few vectors: two sets, filled alternately, so that consecutive
-// vectors do not wait on each other's additions.
-template <int kBytes>
-struct CastSums {
-  using V = typename Vec<kBytes>::V;
-  V se = V{}, xq = V{}, xx = V{}, qq = V{};
-};
-
-template <int kBytes, int kBlock>
-__attribute__((always_inline)) inline void cast_body(const float* p, int64_t nblocks, const float* encode,
-                                                     const float* decode, const uint8_t* skip,
-                                                     const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  using V = typename Vec<kBytes>::V;
-  using M = typename Vec<kBytes>::M;
-  using U = typename Vec<kBytes>::U;
-  using D = typename Vec<kBytes>::D;
-  constexpr int L = Vec<kBytes>::L;
-  constexpr int kVectors = kBlock / L;         // per block
-  constexpr int kStep = kVectors >= 2 ? 1 : 2;  // blocks per step: at least two vectors
-  constexpr int kGroup = 256 / kBlock;          // blocks summed in float lanes, then widened
-  static_assert(kBlock % L == 0 && kGroup % 8 == 0, "whole vectors per block, skip flags read 8 at a time");
-  const V vmax = V{} + e.max, vfloor = V{} + e.magic_floor, zero = V{};
-  const V vover = V{} + e.overflow_above, vbelow = V{} + e.underflow_below;
-  const U exp_mask = U{} + 0x7f800000u, offset = U{} + e.magic_offset;
-  // Counts by thresholds on the scaled value (rounding is monotonic in it), one plain comparison
-  // each: masks combined with & or ~ make the compiler scalarise the AVX-512 clone.
-  M over = M{}, below = M{}, zeros = M{};
-  CastSums<kBytes> sums[2];
-  D se = D{}, xq = D{}, xx = D{}, qq = D{};
-  auto cast_vector = [&](const float* x, const V& venc, const V& vdec, CastSums<kBytes>& s)
-                         __attribute__((always_inline)) {
-    V ax;
-    load_abs<kBytes>(x, ax);
-    V a = ax * venc;
-    keep_rounded(a);
-    V q0;
-    stats::fp8_round_lanes(a, exp_mask, offset, vfloor, q0);
-    if constexpr (kBytes == 64) {  // AVX-512: an add under the comparison's mask
-      over = a > vover ? over + 1 : over;
-      below = a < vbelow ? below + 1 : below;
-      zeros = ax == zero ? zeros + 1 : zeros;
-    } else {  // a comparison is a vector of -1s
-      over -= a > vover;
-      below -= a < vbelow;
-      zeros -= ax == zero;
-    }
-    const V q = q0 < vmax ? q0 : vmax;  // NaN (a value too large for its magic): max
-    const V xh = q * vdec;
-    const V err = ax - xh;
-    s.se += err * err;
-    s.xq += ax * xh;
-    s.xx += ax * ax;
-    s.qq += xh * xh;
-  };
-  // kStep blocks from block k, their vectors alternating between the two sets.
-  auto cast_step = [&](int64_t k) __attribute__((always_inline)) {
-#pragma GCC unroll 2
-    for (int j = 0; j < kStep; ++j) {
-      const V venc = encode[k + j] - V{}, vdec = decode[k + j] - V{};  // x - 0 is x, even -0
-#pragma GCC unroll 8
-      for (int i = 0; i < kVectors; ++i) cast_vector(p + (k + j) * kBlock + i * L, venc, vdec, sums[(j * kVectors + i) & 1]);
-    }
-  };
-  auto cast_one = [&](int64_t k) {  // one block: in a group that holds skipped ones, or the last
-    const V venc = encode[k] - V{}, vdec = decode[k] - V{};
-    for (int i = 0; i < kVectors; ++i) cast_vector(p + k * kBlock + i * L, venc, vdec, sums[i & 1]);
-  };
-  auto widen = [&]() {
-    se += __builtin_convertvector(sums[0].se + sums[1].se, D);
-    xq += __builtin_convertvector(sums[0].xq + sums[1].xq, D);
-    xx += __builtin_convertvector(sums[0].xx + sums[1].xx, D);
-    qq += __builtin_convertvector(sums[0].qq + sums[1].qq, D);
-    sums[0] = sums[1] = CastSums<kBytes>{};
-  };
-  int64_t k = 0;
-  for (; k + kGroup <= nblocks; k += kGroup) {
-    uint64_t flags = 0;
-    for (int g = 0; g < kGroup; g += 8) {
-      uint64_t w;
-      std::memcpy(&w, skip + k + g, sizeof w);
-      flags |= w;
-    }
-    if (flags == 0) {
-      for (int g = 0; g < kGroup; g += kStep) cast_step(k + g);
-    } else {
-      for (int g = 0; g < kGroup; ++g) {
-        if (!skip[k + g]) cast_one(k + g);
-      }
-    }
-    widen();
-  }
-  for (; k < nblocks; ++k) {
-    if (!skip[k]) cast_one(k);
-  }
-  widen();
-  for (int l = 0; l < L; ++l) {
-    out.sum_sq_error += se[l];
-    out.sum_x_q += xq[l];
-    out.sum_x_sq += xx[l];
-    out.sum_q_sq += qq[l];
-    out.overflow += static_cast<uint32_t>(over[l]);
-    out.underflow += static_cast<uint32_t>(below[l] - zeros[l]);  // below counts the zeros too
-  }
-}
-
 // The scales of n blocks with the float operations of block_scaling.h in the same order, so that
 // the codes match bit for bit: NVFP4's E4M3 block scale by the magic-number rounding of
 // fp8_round_scaled (the probe's cast, checked against CUDA's), its code read back from the
@@ -272,7 +161,8 @@ struct ScaleOut {
   uint8_t* code;
   float* encode;
   float* decode;
-  uint8_t* skip;
+  uint8_t* path;
+  const stats::Fp8ProbeParams* element;  // the cast's, for the paths
 };
 
 __attribute__((always_inline)) inline uint32_t bits_of(float f) {
@@ -287,9 +177,9 @@ __attribute__((always_inline)) inline float float_of(uint32_t u) {
 }
 
 template <fp8::ScalingRecipe kKind, fp8::MxScaleRule kRule>
-__attribute__((always_inline)) inline void scales_body(const float* __restrict amax, const uint8_t* __restrict special,
-                                                       int64_t n, const ScaleRule& rule, const ScaleOut& out,
-                                                       ScaleTally& tally) {
+__attribute__((always_inline)) inline void scales_body(const float* __restrict amax, const float* __restrict low,
+                                                       const uint8_t* __restrict special, int64_t n,
+                                                       const ScaleRule& rule, const ScaleOut& out, ScaleTally& tally) {
   static const stats::Fp8ProbeParams e4m3_params = element_format(fp8::Format::E4M3);  // two searches: once
   // Locals and restrict pointers: the loop reads nothing its stores could change, which the
   // compiler could otherwise only check at run time, for more pointers than it will check.
@@ -297,7 +187,8 @@ __attribute__((always_inline)) inline void scales_body(const float* __restrict a
   uint8_t* __restrict out_code = out.code;
   float* __restrict out_encode = out.encode;
   float* __restrict out_decode = out.decode;
-  uint8_t* __restrict out_skip = out.skip;
+  uint8_t* __restrict out_path = out.path;
+  const stats::Fp8ProbeParams element = *out.element;
   const float nv_factor = rule.tensor_scale * (1.0f / fp8::kE2M1Max);
   const float tensor_decode = static_cast<float>(1.0 / static_cast<double>(rule.tensor_scale));
   const float mx_rcp = rule.element == fp8::Format::E4M3 ? static_cast<float>(1.0 / 448.0) : static_cast<float>(1.0 / 57344.0);
@@ -358,9 +249,7 @@ __attribute__((always_inline)) inline void scales_body(const float* __restrict a
     clamped += small;
     clamped_zero += small & is_zero;
     nonfinite += special[k];
-    // Bitwise operators: short-circuits would be branches, which keep the loop from vectorising.
-    const uint32_t bad_scale = (1u - ((dec > 0.0f) & (dec <= FLT_MAX))) | (enc == 0.0f);
-    out_skip[k] = (special[k] != 0) | bad_scale | (a >= kLargeForFloatSums) | (a < kSmallForFloatSums);
+    out_path[k] = static_cast<uint8_t>(block_path(a, low[k], special[k] != 0, enc, dec, element));
   }
   tally.zero += zero;
   tally.saturated += saturated;
@@ -369,113 +258,86 @@ __attribute__((always_inline)) inline void scales_body(const float* __restrict a
 }
 
 template <fp8::ScalingRecipe kKind, fp8::MxScaleRule kRule>
-__attribute__((always_inline)) inline void scales_for(const float* amax, const uint8_t* special, int64_t n,
-                                                      const ScaleRule& rule, const ScaleOut& out, ScaleTally& tally) {
+__attribute__((always_inline)) inline void scales_for(const float* amax, const float* low, const uint8_t* special,
+                                                      int64_t n, const ScaleRule& rule, const ScaleOut& out,
+                                                      ScaleTally& tally) {
   // Blocks of 2^20 at a time: the tallies' 32-bit lanes never overflow.
   for (int64_t k = 0; k < n; k += int64_t{1} << 20) {
     const int64_t len = std::min(n - k, int64_t{1} << 20);
-    scales_body<kKind, kRule>(amax + k, special + k, len, rule, ScaleOut{out.code + k, out.encode + k, out.decode + k, out.skip + k}, tally);
+    scales_body<kKind, kRule>(amax + k, low + k, special + k, len, rule,
+                              ScaleOut{out.code + k, out.encode + k, out.decode + k, out.path + k, out.element}, tally);
   }
 }
 
-__attribute__((always_inline)) inline void scales_any(const float* amax, const uint8_t* special, int64_t n,
-                                                      const ScaleRule& rule, const ScaleOut& out, ScaleTally& tally) {
+__attribute__((always_inline)) inline void scales_any(const float* amax, const float* low, const uint8_t* special,
+                                                      int64_t n, const ScaleRule& rule, const ScaleOut& out,
+                                                      ScaleTally& tally) {
   using fp8::MxScaleRule;
   using fp8::ScalingRecipe;
-  if (rule.kind == ScalingRecipe::NVFP4) return scales_for<ScalingRecipe::NVFP4, MxScaleRule::RoundUp>(amax, special, n, rule, out, tally);
-  if (rule.rule == MxScaleRule::RoundUp) return scales_for<ScalingRecipe::MXFP8, MxScaleRule::RoundUp>(amax, special, n, rule, out, tally);
-  scales_for<ScalingRecipe::MXFP8, MxScaleRule::OcpFloor>(amax, special, n, rule, out, tally);
+  if (rule.kind == ScalingRecipe::NVFP4) return scales_for<ScalingRecipe::NVFP4, MxScaleRule::RoundUp>(amax, low, special, n, rule, out, tally);
+  if (rule.rule == MxScaleRule::RoundUp) return scales_for<ScalingRecipe::MXFP8, MxScaleRule::RoundUp>(amax, low, special, n, rule, out, tally);
+  scales_for<ScalingRecipe::MXFP8, MxScaleRule::OcpFloor>(amax, low, special, n, rule, out, tally);
 }
 
 // One variant per level and block size, each the same body in its instruction set and its
 // register width.
 template <int kBlock>
-__attribute__((target("arch=x86-64-v4"), noinline)) void amaxes_v4(const float* p, int64_t n, float* a, uint8_t* s) {
-  amaxes_body<64, kBlock>(p, n, a, s);
+__attribute__((target("arch=x86-64-v4"), noinline)) void amaxes_v4(const float* p, int64_t n, float* a, float* lo,
+                                                                   uint8_t* s) {
+  amaxes_body<64, kBlock>(p, n, a, lo, s);
 }
 template <int kBlock>
-__attribute__((target("arch=x86-64-v3"), noinline)) void amaxes_v3(const float* p, int64_t n, float* a, uint8_t* s) {
-  amaxes_body<32, kBlock>(p, n, a, s);
+__attribute__((target("arch=x86-64-v3"), noinline)) void amaxes_v3(const float* p, int64_t n, float* a, float* lo,
+                                                                   uint8_t* s) {
+  amaxes_body<32, kBlock>(p, n, a, lo, s);
 }
 template <int kBlock>
-__attribute__((noinline)) void amaxes_baseline(const float* p, int64_t n, float* a, uint8_t* s) {
-  amaxes_body<16, kBlock>(p, n, a, s);
+__attribute__((noinline)) void amaxes_baseline(const float* p, int64_t n, float* a, float* lo, uint8_t* s) {
+  amaxes_body<16, kBlock>(p, n, a, lo, s);
+}
+
+__attribute__((target("arch=x86-64-v4"), noinline)) void scales_v4(const float* a, const float* lo, const uint8_t* s,
+                                                                   int64_t n, const ScaleRule& r, const ScaleOut& o,
+                                                                   ScaleTally& t) {
+  scales_any(a, lo, s, n, r, o, t);
+}
+__attribute__((target("arch=x86-64-v3"), noinline)) void scales_v3(const float* a, const float* lo, const uint8_t* s,
+                                                                   int64_t n, const ScaleRule& r, const ScaleOut& o,
+                                                                   ScaleTally& t) {
+  scales_any(a, lo, s, n, r, o, t);
+}
+__attribute__((noinline)) void scales_baseline(const float* a, const float* lo, const uint8_t* s, int64_t n,
+                                               const ScaleRule& r, const ScaleOut& o, ScaleTally& t) {
+  scales_any(a, lo, s, n, r, o, t);
 }
 
 template <int kBlock>
-__attribute__((target("arch=x86-64-v4"), noinline)) void cast_v4(const float* p, int64_t n, const float* enc,
-                                                                 const float* dec, const uint8_t* skip,
-                                                                 const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  cast_body<64, kBlock>(p, n, enc, dec, skip, e, out);
-}
-template <int kBlock>
-__attribute__((target("arch=x86-64-v3"), noinline)) void cast_v3(const float* p, int64_t n, const float* enc,
-                                                                 const float* dec, const uint8_t* skip,
-                                                                 const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  cast_body<32, kBlock>(p, n, enc, dec, skip, e, out);
-}
-template <int kBlock>
-__attribute__((noinline)) void cast_baseline(const float* p, int64_t n, const float* enc, const float* dec,
-                                             const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  cast_body<16, kBlock>(p, n, enc, dec, skip, e, out);
-}
-
-__attribute__((target("arch=x86-64-v4"), noinline)) void scales_v4(const float* a, const uint8_t* s, int64_t n,
-                                                                   const ScaleRule& r, const ScaleOut& o, ScaleTally& t) {
-  scales_any(a, s, n, r, o, t);
-}
-__attribute__((target("arch=x86-64-v3"), noinline)) void scales_v3(const float* a, const uint8_t* s, int64_t n,
-                                                                   const ScaleRule& r, const ScaleOut& o, ScaleTally& t) {
-  scales_any(a, s, n, r, o, t);
-}
-__attribute__((noinline)) void scales_baseline(const float* a, const uint8_t* s, int64_t n, const ScaleRule& r,
-                                               const ScaleOut& o, ScaleTally& t) {
-  scales_any(a, s, n, r, o, t);
-}
-
-template <int kBlock>
-void block_amaxes_of(const float* p, int64_t nblocks, float* amax, uint8_t* special) {
+void block_amaxes_of(const float* p, int64_t nblocks, float* amax, float* low, uint8_t* special) {
   switch (stats::simd_level()) {
-    case stats::SimdLevel::V4: return amaxes_v4<kBlock>(p, nblocks, amax, special);
-    case stats::SimdLevel::V3: return amaxes_v3<kBlock>(p, nblocks, amax, special);
+    case stats::SimdLevel::V4: return amaxes_v4<kBlock>(p, nblocks, amax, low, special);
+    case stats::SimdLevel::V3: return amaxes_v3<kBlock>(p, nblocks, amax, low, special);
     case stats::SimdLevel::Baseline: break;
   }
-  amaxes_baseline<kBlock>(p, nblocks, amax, special);
-}
-
-template <int kBlock>
-void cast_blocks_of(const float* p, int64_t nblocks, const float* encode, const float* decode, const uint8_t* skip,
-                    const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  switch (stats::simd_level()) {
-    case stats::SimdLevel::V4: return cast_v4<kBlock>(p, nblocks, encode, decode, skip, e, out);
-    case stats::SimdLevel::V3: return cast_v3<kBlock>(p, nblocks, encode, decode, skip, e, out);
-    case stats::SimdLevel::Baseline: break;
-  }
-  cast_baseline<kBlock>(p, nblocks, encode, decode, skip, e, out);
+  amaxes_baseline<kBlock>(p, nblocks, amax, low, special);
 }
 
 }  // namespace
 
-void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8_t* special) {
-  if (block == 16) return block_amaxes_of<16>(p, nblocks, amax, special);
-  block_amaxes_of<32>(p, nblocks, amax, special);
+void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, float* low, uint8_t* special) {
+  if (block == 16) return block_amaxes_of<16>(p, nblocks, amax, low, special);
+  block_amaxes_of<32>(p, nblocks, amax, low, special);
 }
 
-void block_scales(const float* amax, const uint8_t* special, int64_t n, const ScaleRule& rule, uint8_t* code,
-                  float* encode, float* decode, uint8_t* skip, ScaleTally& tally) {
-  const ScaleOut out{code, encode, decode, skip};
+void block_scales(const float* amax, const float* low, const uint8_t* special, int64_t n, const ScaleRule& rule,
+                  const stats::Fp8ProbeParams& element, uint8_t* code, float* encode, float* decode, uint8_t* path,
+                  ScaleTally& tally) {
+  const ScaleOut out{code, encode, decode, path, &element};
   switch (stats::simd_level()) {
-    case stats::SimdLevel::V4: return scales_v4(amax, special, n, rule, out, tally);
-    case stats::SimdLevel::V3: return scales_v3(amax, special, n, rule, out, tally);
+    case stats::SimdLevel::V4: return scales_v4(amax, low, special, n, rule, out, tally);
+    case stats::SimdLevel::V3: return scales_v3(amax, low, special, n, rule, out, tally);
     case stats::SimdLevel::Baseline: break;
   }
-  scales_baseline(amax, special, n, rule, out, tally);
-}
-
-void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,
-                 const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
-  if (block == 16) return cast_blocks_of<16>(p, nblocks, encode, decode, skip, e, out);
-  cast_blocks_of<32>(p, nblocks, encode, decode, skip, e, out);
+  scales_baseline(amax, low, special, n, rule, out, tally);
 }
 
 }  // namespace recipes

@@ -1,10 +1,11 @@
 #pragma once
 // The vector loops of the block-scaled recipes (MXFP8, NVFP4), over a buffer of whole blocks:
 // one pass finds each block's amax, a loop over the amaxes turns them into scales, a second pass
-// (over the same few KiB, still in cache) casts every element with its block's scale. Compiled
-// once per SIMD level (stats/simd_level.h). Internal.
+// (block_cast.cpp, over the same few KiB, still in cache) casts every element with its block's
+// scale. Compiled once per SIMD level (stats/simd_level.h). Internal.
 #include <sentinel/block_scaling.h>
 
+#include <cfloat>
 #include <cstdint>
 
 #include "stats/fp8_probe_math.h"
@@ -27,6 +28,25 @@ float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& 
 constexpr float kLargeForFloatSums = 1e17f;
 constexpr float kSmallForFloatSums = 1e-12f;
 
+// How the cast pass takes a block (block_scales' `path`), bits. kExactCast: element by element
+// in double, by the caller. kMayFlush: some element may flush to zero or be zero, so the loop
+// counts underflows. kMaySaturate: some element may round above the format's max, so the loop
+// counts overflows and saturates. Neither bit: the block's extremes show that no element can
+// (rounding is monotonic in |x| * encode), and the loop skips that work.
+constexpr uint8_t kExactCast = 1, kMayFlush = 2, kMaySaturate = 4;
+
+// The path of a block whose |x| lie in [low, amax] (special: it holds inf or NaN) under these
+// factors and element format. Bitwise operators: short-circuits would be branches, which keep
+// the scale loop from vectorising.
+inline uint32_t block_path(float amax, float low, uint32_t special, float encode, float decode,
+                           const stats::Fp8ProbeParams& e) {
+  const uint32_t bad_scale = (1u - ((decode > 0.0f) & (decode <= FLT_MAX))) | (encode == 0.0f);
+  const uint32_t exact = special | bad_scale | (amax >= kLargeForFloatSums) | (amax < kSmallForFloatSums);
+  const uint32_t flush = 1u - (low * encode >= e.underflow_below);
+  const uint32_t saturate = 1u - (amax * encode <= e.overflow_above);
+  return exact * kExactCast | flush * kMayFlush | saturate * kMaySaturate;
+}
+
 // What turns a block's amax into its scale, fixed for one tensor (include/sentinel/block_scaling.h).
 struct ScaleRule {
   fp8::ScalingRecipe kind = fp8::ScalingRecipe::MXFP8;  // MXFP8 or NVFP4
@@ -40,28 +60,31 @@ struct ScaleTally {
   int64_t zero = 0, saturated = 0, at_min = 0, nonfinite = 0;
 };
 
-// For n blocks with amax[k] and special[k] (block_amaxes): the scale of each, as
+// For n blocks with amax[k], low[k] and special[k] (block_amaxes): the scale of each, as
 // fp8::mxfp8_block_scale / fp8::nvfp4_block_scale give it (an OCP-rule block holding inf or NaN
-// gets the NaN scale), in vector lanes: code[k], encode[k], decode[k]; skip[k] = 1 where the
-// block must be cast element by element in double (it holds inf or NaN, its scale is lost or
-// zero, or its squares could leave float's range). Adds the blocks' tallies to `tally`; the
+// gets the NaN scale), in vector lanes: code[k], encode[k], decode[k]; and path[k] (block_path:
+// kExactCast where the block holds inf or NaN, its scale is lost or zero, or its squares could
+// leave float's range), for casting to `element`. Adds the blocks' tallies to `tally`; the
 // histogram of codes is the caller's.
-void block_scales(const float* amax, const uint8_t* special, int64_t n, const ScaleRule& rule, uint8_t* code,
-                  float* encode, float* decode, uint8_t* skip, ScaleTally& tally);
+void block_scales(const float* amax, const float* low, const uint8_t* special, int64_t n, const ScaleRule& rule,
+                  const stats::Fp8ProbeParams& element, uint8_t* code, float* encode, float* decode, uint8_t* path,
+                  ScaleTally& tally);
 
 // `block` is 16 or 32 (NVFP4's and MXFP8's): each size has loops of its own, unrolled over a block.
 
 // For nblocks blocks of `block` floats at p: amax[k] = max |x| of block k (NaN ignored, as fmaxf
-// does; inf counts), special[k] = 1 if the block holds an inf or NaN.
-void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, uint8_t* special);
+// does; inf counts), low[k] <= min |x| of block k (the min over the few blocks read with it),
+// special[k] = 1 if the block holds an inf or NaN.
+void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, float* low, uint8_t* special);
 
-// Casts every element of the blocks not marked in `skip` with its block's encode/decode factors
-// and adds the overflow and underflow counts and the sums, in the dequantized domain (x and
-// x_hat = q * decode; float lanes over 256 elements, then double; fused multiply-adds where the
-// CPU has them). `count` is left to the caller, which knows how many elements were padding
-// (zeros, which add nothing else).
+// Casts every element of the blocks whose path is not kExactCast with its block's encode/decode
+// factors and adds the overflow and underflow counts and the sums, in the dequantized domain (x
+// and x_hat = q * decode; float lanes over 512 elements, then double; fused multiply-adds where
+// the CPU has them). `count` is left to the caller, which knows how many elements were padding
+// (zeros, which add nothing else). Prefetches the nblocks blocks after the buffer (a prefetch
+// never faults): where a tensor is read in place, they are the next buffer.
 void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,
-                 const uint8_t* skip, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out);
+                 const uint8_t* path, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out);
 
 }  // namespace recipes
 }  // namespace sentinel

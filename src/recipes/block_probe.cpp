@@ -59,13 +59,15 @@ class BlockCaster {
   // blocks each, and a tile's blocks share the tile's amax and scale.
   void run(const float* p, int64_t nblocks, int64_t elements, const uint8_t* valid, int64_t tile_rows = 0) {
     resize(nblocks);
-    block_amaxes(p, nblocks, block_, amax_.data(), special_.data());
+    block_amaxes(p, nblocks, block_, amax_.data(), low_.data(), special_.data());
     const int64_t groups = tile_rows > 0 ? nblocks / tile_rows : nblocks;  // one scale per block, or per tile
     if (tile_rows > 0) combine_tiles(groups, tile_rows);
     const float* group_amax = tile_rows > 0 ? tile_amax_.data() : amax_.data();
     const uint8_t* group_special = tile_rows > 0 ? tile_special_.data() : special_.data();
     ScaleTally t;
-    block_scales(group_amax, group_special, groups, rule_, code_.data(), encode_.data(), decode_.data(), skip_.data(), t);
+    // A tile's paths are its rows' blocks' own (spread_tiles): the tile's amax stands in for low.
+    block_scales(group_amax, tile_rows > 0 ? group_amax : low_.data(), group_special, groups, rule_, element_,
+                 code_.data(), encode_.data(), decode_.data(), path_.data(), t);
     out_.blocks += groups;
     out_.blocks_zero += t.zero;
     out_.blocks_saturated += t.saturated;
@@ -73,13 +75,14 @@ class BlockCaster {
     out_.blocks_nonfinite += t.nonfinite;
     for (int64_t k = 0; k < groups; ++k) ++codes_[k & 3][code_[k]];  // four histograms: no chain of increments
     if (tile_rows > 0) spread_tiles(groups, tile_rows);
-    cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), skip_.data(), element_, out_.cast);
+    cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), path_.data(), element_, out_.cast);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
-    for (int64_t k0 = 0; k0 < nblocks; k0 += 8) {  // eight flags at a time: skipped blocks are rare
+    for (int64_t k0 = 0; k0 < nblocks; k0 += 8) {  // eight paths at a time: exact blocks are rare
       uint64_t any = 0;
-      std::memcpy(&any, skip_.data() + k0, std::min<int64_t>(8, nblocks - k0));
+      std::memcpy(&any, path_.data() + k0, std::min<int64_t>(8, nblocks - k0));
+      any &= 0x0101010101010101ull * kExactCast;
       for (int64_t k = k0; any != 0 && k < std::min<int64_t>(k0 + 8, nblocks); ++k) {
-        if (skip_[k]) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k]);
+        if (path_[k] & kExactCast) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k]);
       }
     }
     out_.cast.count += elements - excluded;
@@ -95,11 +98,12 @@ class BlockCaster {
  private:
   void resize(int64_t nblocks) {
     amax_.resize(nblocks);
+    low_.resize(nblocks);
     special_.resize(nblocks);
     code_.resize(nblocks);
     encode_.resize(nblocks);
     decode_.resize(nblocks);
-    skip_.resize(nblocks);
+    path_.resize(nblocks);
   }
 
   // A tile's amax and special flag over its rows' blocks: column k of the tile_rows x groups grid.
@@ -114,16 +118,15 @@ class BlockCaster {
     }
   }
 
-  // Gives every row's block its tile's scale (row 0's entries hold them); a block is cast in
-  // double when its own values, or its tile's scale, need it.
+  // Gives every row's block its tile's scale (row 0's entries hold them), and its path under it:
+  // a block is cast in double when its own values, or its tile's scale, need it.
   void spread_tiles(int64_t groups, int64_t tile_rows) {
     for (int64_t k = 0; k < groups; ++k) {
-      const bool bad_scale = !(decode_[k] > 0.0f && decode_[k] <= FLT_MAX) || encode_[k] == 0.0f;
       for (int64_t r = 0; r < tile_rows; ++r) {
         const int64_t j = k + r * groups;
         encode_[j] = encode_[k];
         decode_[j] = decode_[k];
-        skip_[j] = special_[j] || bad_scale || amax_[j] >= kLargeForFloatSums || amax_[j] < kSmallForFloatSums;
+        path_[j] = static_cast<uint8_t>(block_path(amax_[j], low_[j], special_[j], encode_[k], decode_[k], element_));
       }
     }
   }
@@ -162,8 +165,8 @@ class BlockCaster {
   int block_;
   stats::Fp8ProbeParams element_;
   BlockProbeResult& out_;
-  std::vector<float> amax_, encode_, decode_, tile_amax_;
-  std::vector<uint8_t> special_, skip_, code_, tile_special_;
+  std::vector<float> amax_, low_, encode_, decode_, tile_amax_;
+  std::vector<uint8_t> special_, path_, code_, tile_special_;
   std::array<std::array<int64_t, 256>, 4> codes_{};
 };
 

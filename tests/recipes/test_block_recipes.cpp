@@ -202,12 +202,25 @@ const BlockRecipe kBlockRecipes[] = {{fp8::ScalingRecipe::MXFP8, Format::E4M3, f
                                      {fp8::ScalingRecipe::MXFP8, Format::E5M2, fp8::MxScaleRule::OcpFloor},
                                      {fp8::ScalingRecipe::NVFP4, Format::E4M3, fp8::MxScaleRule::RoundUp}};
 
+// Adversarial values, or ordinary ones: Gaussian, or |x| in [1, 2) with random signs (no block
+// of these can flush to zero, so every recipe's blocks are quiet, block_kernels.h).
+enum class Data { Adversarial, Gaussian, Narrow };
+
 struct Case {
   std::vector<int64_t> shape;
   int dim;
   bool transpose;  // probe t.t() (a view) instead of t
   bool tiles;
+  Data data = Data::Adversarial;
 };
+
+torch::Tensor make_data(const Case& c) {
+  if (c.data == Data::Adversarial) return adversarial(c.shape, 3);
+  torch::manual_seed(4);
+  if (c.data == Data::Gaussian) return torch::randn(c.shape, torch::kDouble) * 3;
+  const auto sign = torch::randint(0, 2, c.shape, torch::kDouble) * 2 - 1;
+  return sign * (torch::rand(c.shape, torch::kDouble) + 1);
+}
 
 TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
   const Case cases[] = {{{6, 96}, -1, false, false}, {{5, 37}, -1, false, false}, {{37, 5}, 0, false, false},
@@ -215,14 +228,18 @@ TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
                         {{33, 70}, -1, true, true},  {{16, 16}, -1, false, true},   {{1, 1}, -1, false, false},
                         // Past the adversarial values, whole groups of ordinary blocks: the cast's
                         // fast loop, and groups holding skipped blocks, at every level.
-                        {{3, 2048}, -1, false, false}, {{48, 160}, -1, false, true}};
+                        {{3, 2048}, -1, false, false}, {{48, 160}, -1, false, true},
+                        // Ordinary values: groups of quiet blocks (MXFP8's Gaussian ones, all the
+                        // narrow ones), and groups mixing quiet and counted blocks.
+                        {{4, 1024}, -1, false, false, Data::Gaussian}, {{4, 1024}, -1, false, false, Data::Narrow},
+                        {{64, 64}, -1, false, true, Data::Narrow}, {{64, 96}, 0, true, false, Data::Gaussian}};
   int checked = 0;
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;
     stats::force_simd_level_for_testing(level);
     for (const Case& c : cases) {
       for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf}) {
-        auto t = adversarial(c.shape, 3).to(dtype);
+        auto t = make_data(c).to(dtype);
         if (c.transpose) t = t.t();
         for (const BlockRecipe& r : kBlockRecipes) {
           if (c.tiles && r.kind != fp8::ScalingRecipe::NVFP4) continue;
@@ -275,6 +292,7 @@ TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;
     stats::force_simd_level_for_testing(level);
+    std::array<int64_t, 4> seen{};  // ordinary blocks on each path: quiet, flush, saturate, both
     for (const BlockRecipe& r : kBlockRecipes) {
       const bool nvfp4 = r.kind == fp8::ScalingRecipe::NVFP4;
       for (float tensor_amax : nvfp4 ? std::vector<float>{2688.0f, 1.0f, 3e38f, 1e-30f, 1e-40f, 0.0f} : std::vector<float>{1.0f}) {
@@ -288,18 +306,22 @@ TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
         std::vector<uint8_t> special(amax.size(), 0);
         std::fill(special.begin() + static_cast<std::ptrdiff_t>(plain), special.end(), 1);  // each again, with inf/NaN
         const size_t n = amax.size();
-        std::vector<uint8_t> code(n), skip(n);
+        // The blocks' smallest |x|: at their amax, a little below, far below, zero.
+        std::vector<float> low(n);
+        for (size_t k = 0; k < n; ++k) low[k] = amax[k] * std::array<float, 4>{1.0f, 0.5f, 1e-6f, 0.0f}[k % 4];
+        const stats::Fp8ProbeParams element = nvfp4 ? recipes::e2m1_format() : recipes::element_format(r.element);
+        std::vector<uint8_t> code(n), path(n);
         std::vector<float> enc(n), dec(n);
         recipes::ScaleTally whole, pieces;
         const recipes::ScaleRule rule{r.kind, r.element, r.rule, tensor_scale};
-        recipes::block_scales(amax.data(), special.data(), static_cast<int64_t>(n), rule, code.data(), enc.data(),
-                              dec.data(), skip.data(), whole);
-        std::vector<uint8_t> code2(n), skip2(n);
+        recipes::block_scales(amax.data(), low.data(), special.data(), static_cast<int64_t>(n), rule, element,
+                              code.data(), enc.data(), dec.data(), path.data(), whole);
+        std::vector<uint8_t> code2(n), path2(n);
         std::vector<float> enc2(n), dec2(n);
         for (size_t k = 0, len = 1; k < n; k += len, len = len % 17 + 1) {
           const size_t m = std::min(len, n - k);
-          recipes::block_scales(amax.data() + k, special.data() + k, static_cast<int64_t>(m), rule, code2.data() + k,
-                                enc2.data() + k, dec2.data() + k, skip2.data() + k, pieces);
+          recipes::block_scales(amax.data() + k, low.data() + k, special.data() + k, static_cast<int64_t>(m), rule,
+                                element, code2.data() + k, enc2.data() + k, dec2.data() + k, path2.data() + k, pieces);
         }
         recipes::ScaleTally want;
         for (size_t k = 0; k < n; ++k) {
@@ -312,16 +334,22 @@ TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
           want.nonfinite += special[k];
           const bool bad = special[k] || !(s.decode > 0.0f && s.decode <= FLT_MAX) || s.encode == 0.0f ||
                            amax[k] >= recipes::kLargeForFloatSums || amax[k] < recipes::kSmallForFloatSums;
+          // Whether the largest scaled value can round above the format's max, the smallest to 0.
+          const bool saturate = !(amax[k] * s.encode <= element.overflow_above);
+          const bool flush = !(low[k] * s.encode >= element.underflow_below);
+          const int want_path = (bad ? recipes::kExactCast : 0) | (flush ? recipes::kMayFlush : 0) |
+                                (saturate ? recipes::kMaySaturate : 0);
+          if (!bad) ++seen[(flush ? 1 : 0) + (saturate ? 2 : 0)];
           for (int pass = 0; pass < 2; ++pass) {
             const uint8_t c = pass ? code2[k] : code[k];
             const float e = pass ? enc2[k] : enc[k], d = pass ? dec2[k] : dec[k];
-            const uint8_t sk = pass ? skip2[k] : skip[k];
+            const uint8_t got_path = pass ? path2[k] : path[k];
             if (c != s.code || !(e == s.encode) || !(d == s.decode || (std::isnan(d) && std::isnan(s.decode))) ||
-                sk != bad) {
+                got_path != want_path) {
               ADD_FAILURE() << "amax " << amax[k] << " (bits " << std::hex << fp8::detail::float_to_bits(amax[k])
                             << std::dec << ") special " << int(special[k]) << (pass ? " in pieces" : "") << ": code "
                             << int(c) << " want " << int(s.code) << ", encode " << e << " want " << s.encode
-                            << ", decode " << d << " want " << s.decode << ", skip " << int(sk) << " want " << bad;
+                            << ", decode " << d << " want " << s.decode << ", path " << int(got_path) << " want " << want_path;
               return;
             }
           }
@@ -336,6 +364,7 @@ TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
         EXPECT_GT(want.saturated + want.at_min, 0);  // the edges were reached
       }
     }
+    for (int64_t n : seen) EXPECT_GT(n, 0);
   }
   stats::force_simd_level_for_testing(std::nullopt);
   EXPECT_GT(checked, 1000000);

@@ -22,9 +22,6 @@ struct CastSums {
   V se = V{}, xq = V{}, xx = V{}, qq = V{};
 };
 
-// A path bit in each of eight path bytes read as one word.
-constexpr uint64_t in_word(uint8_t bit) { return 0x0101010101010101ull * bit; }
-
 template <int kBytes, int kBlock>
 __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nblocks, const float* encode,
                                                      const float* decode, const uint8_t* path,

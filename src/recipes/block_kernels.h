@@ -35,6 +35,9 @@ constexpr float kSmallForFloatSums = 1e-12f;
 // (rounding is monotonic in |x| * encode), and the loop skips that work.
 constexpr uint8_t kExactCast = 1, kMayFlush = 2, kMaySaturate = 4;
 
+// Path bits in each of eight path bytes read as one word (the loops scan paths 8 at a time).
+constexpr uint64_t in_word(uint8_t bits) { return 0x0101010101010101ull * bits; }
+
 // The path of a block whose |x| lie in [low, amax] (special: it holds inf or NaN) under these
 // factors and element format. Bitwise operators: short-circuits would be branches, which keep
 // the scale loop from vectorising.

@@ -80,7 +80,7 @@ class BlockCaster {
     for (int64_t k0 = 0; k0 < nblocks; k0 += 8) {  // eight paths at a time: exact blocks are rare
       uint64_t any = 0;
       std::memcpy(&any, path_.data() + k0, std::min<int64_t>(8, nblocks - k0));
-      any &= 0x0101010101010101ull * kExactCast;
+      any &= in_word(kExactCast);
       for (int64_t k = k0; any != 0 && k < std::min<int64_t>(k0 + 8, nblocks); ++k) {
         if (path_[k] & kExactCast) excluded += exact_block(p + k * block_, valid ? valid[k] : block_, encode_[k], decode_[k]);
       }

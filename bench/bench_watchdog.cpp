@@ -210,6 +210,26 @@ void BM_StatsPassHalfZeros(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * t.nbytes());
 }
 
+// One head of a packed q/k/v projection, as attention reads it (the transformer's shapes): rows of
+// 64 floats, 768 apart. The pass against at::sum of the same view.
+const at::Tensor& head_view() {
+  static const at::Tensor qkv = torch::randn({4, 128, 3 * 4 * 64});
+  static const at::Tensor head = qkv.view({4, 128, 3, 4, 64}).select(2, 1).transpose(1, 2);
+  return head;
+}
+void BM_StatsPassHeadView(benchmark::State& state) {
+  sentinel::TensorStats s;
+  for (auto _ : state) {
+    sentinel::stats::compute(head_view(), s);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * head_view().nbytes());
+}
+void BM_AtSumHeadView(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(at::sum(head_view()));
+  state.SetBytesProcessed(state.iterations() * head_view().nbytes());
+}
+
 // The statistics and the whole menu (min, max, mean, std, norms, dynamic range) in one read.
 void BM_StatsPassWithMenu(benchmark::State& state) {
   sentinel::TensorStats s;
@@ -246,6 +266,8 @@ BENCHMARK(BM_TinyOpsWatched)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AtSum)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassHalfZeros)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StatsPassHeadView)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AtSumHeadView)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StatsPassWithFp8Probe)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassWithMenu)->Unit(benchmark::kMillisecond);
 BENCHMARK(at_level<BM_StatsPass, 1>)->Name("BM_StatsPass_v3")->Unit(benchmark::kMillisecond);

@@ -20,6 +20,8 @@ import json, sys
 runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
 # Each case is compared with the unwatched run of its own model and kind (forward, training step).
 def base_of(name):
+    if name.endswith("HeadView"):  # a view with gaps, against at::sum of the same view
+        return runs.get("BM_AtSumHeadView")
     if name.startswith(("BM_StatsPass", "BM_BlockProbe", "BM_AllFourRecipes", "BM_AtSum")):  # the plain pass, same level
         level = name[name.rfind("_"):] if name.endswith(("_v3", "_baseline")) else ""
         return runs.get("BM_StatsPass" + level)
@@ -37,5 +39,8 @@ for name, b in sorted(runs.items()):
 if "BM_StatsPass" in runs and "BM_AtSum" in runs:
     share = runs["BM_AtSum"]["real_time"] / runs["BM_StatsPass"]["real_time"]
     print(f"statistics pass bandwidth / at::sum bandwidth: {share:.1%}")
+if "BM_StatsPassHeadView" in runs and "BM_AtSumHeadView" in runs:
+    share = runs["BM_AtSumHeadView"]["real_time"] / runs["BM_StatsPassHeadView"]["real_time"]
+    print(f"the same on a head of packed q/k/v (a view with gaps): {share:.1%}")
 PY
 rm -f "$out"

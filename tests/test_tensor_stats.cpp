@@ -133,6 +133,43 @@ TEST(Stats, TensorsLargerThanOneBlockCombineExactly) {
   expect_equal(got, oracle(t), "large transposed");
 }
 
+// Views with gaps are gathered row by row into 4096-element buffers, and projected into the
+// totals before 2^20 elements (32-bit counts): rows that straddle a buffer, and a view larger
+// than a block, with specials at the edges of both.
+TEST(Stats, ViewsWithGapsGatheredAcrossBuffersAndBlocks) {
+  torch::manual_seed(3);
+  const float tiny = std::numeric_limits<float>::min();
+  // One head of a packed q/k/v projection: rows of 64 floats, 768 apart.
+  auto qkv = torch::randn({4, 128, 3 * 4 * 64});
+  qkv[0][63][256 + 64 + 63] = -std::numeric_limits<float>::infinity();  // last element of buffer 1
+  qkv[1][0][256 + 64] = 0.0f;
+  qkv[3][127][256 + 127] = tiny / 8;  // last element of the view
+  auto head = qkv.view({4, 128, 3, 4, 64}).select(2, 1).transpose(1, 2);  // [4, 4, 128, 64]
+  // A column slice of more than 2^20 elements: rows of 999 straddle every buffer.
+  auto wide = torch::randn({1100, 2 * 999});
+  auto columns = wide.slice(1, 0, 999);
+  const int64_t block_edge = (int64_t{1} << 20) / 999;  // the row holding element 2^20
+  wide[block_edge][(int64_t{1} << 20) % 999] = std::nanf("");
+  wide[block_edge][(int64_t{1} << 20) % 999 - 1] = 3e38f;
+  wide[5][998] = -0.0f;
+  wide[1099][998] = tiny / 2;
+  ASSERT_FALSE(head.is_non_overlapping_and_dense());
+  ASSERT_GT(columns.numel(), int64_t{1} << 20);
+  at_every_simd_level([&] {
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+      for (const auto& [name, view] : {std::pair<std::string, torch::Tensor>{"head", head}, {"columns", columns}}) {
+        // The same gaps in every dtype: the cast is of the base, then the same view is taken.
+        auto base = (name == "head" ? qkv : wide).to(dtype);
+        auto t = name == "head" ? base.view({4, 128, 3, 4, 64}).select(2, 1).transpose(1, 2) : base.slice(1, 0, 999);
+        ASSERT_FALSE(t.is_non_overlapping_and_dense());
+        TensorStats got;
+        ASSERT_EQ(sentinel::stats::compute(t, got), Readability::Read);
+        expect_equal(got, oracle(t), name + " " + c10::toString(dtype));
+      }
+    }
+  });
+}
+
 // The float32 pass reads 4096-element chunks and counts zeros and subnormals only in chunks that
 // hold some (counting in the first read after such a chunk, until a chunk holds none), and
 // re-reads chunks holding inf or NaN: every order of those kinds of chunk, at every offset.

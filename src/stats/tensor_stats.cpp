@@ -84,8 +84,55 @@ void reduce_any(const T* p, int64_t n, int64_t stride, TensorStats& out) {
   }
 }
 
+// A view with gaps (a head of a packed q/k/v projection, a column slice) comes as many short
+// rows. Reduced one by one, each row would pay the vector kernel's setup and its final reduction
+// across lanes (a 64-element row reads at a fifth of the dense speed); gathered into one buffer,
+// the rows are reduced 4096 elements at a time. Counts and extremes do not depend on the order
+// in which elements are visited, so the numbers are those of a row-by-row walk.
+template <typename T>
+void reduce_gathered(const at::Tensor& t, TensorStats& out) {
+  using acc_t = typename Widen<T>::acc_t;
+  const acc_t inf = std::numeric_limits<acc_t>::infinity();
+  const acc_t min_normal = static_cast<acc_t>(smallest_normal<T>());
+  constexpr int64_t kChunk = 4096;
+  acc_t buffer[kChunk];
+  int64_t filled = 0, in_block = 0;  // in the buffer; in the accumulator (32-bit counts: < kBlock)
+  AbsStatsAccumulator<acc_t> acc(inf);
+  auto flush = [&] {
+    reduce_contiguous<acc_t>(buffer, filled, min_normal, acc);
+    in_block += filled;
+    filled = 0;
+    if (in_block + kChunk > kBlock) {
+      acc.project(in_block, out);
+      acc = AbsStatsAccumulator<acc_t>(inf);
+      in_block = 0;
+    }
+  };
+  kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t stride) {
+    for (int64_t i = 0; i < n;) {
+      const int64_t m = std::min(kChunk - filled, n - i);
+      if (std::is_same_v<T, acc_t> && stride == 1) {
+        std::memcpy(buffer + filled, p + i, static_cast<size_t>(m) * sizeof(acc_t));
+      } else {
+        for (int64_t j = 0; j < m; ++j) buffer[filled + j] = Widen<T>::get(p[(i + j) * stride]);
+      }
+      filled += m;
+      i += m;
+      if (filled == kChunk) flush();
+    }
+  });
+  if (filled > 0) flush();
+  if (in_block > 0) acc.project(in_block, out);
+}
+
 template <typename T>
 void reduce_tensor(const at::Tensor& t, TensorStats& out) {
+  if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, c10::Half> || std::is_same_v<T, c10::BFloat16>) {
+    if (!t.is_non_overlapping_and_dense()) {
+      reduce_gathered<T>(t, out);
+      return;
+    }
+  }
   kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t stride) { reduce_any<T>(p, n, stride, out); });
 }
 

@@ -47,16 +47,19 @@ void BM_ScriptedUnwatched(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(model->forward(inputs));
 }
 
-void BM_ScriptedWatched(benchmark::State& state) {
+void scripted_watched(benchmark::State& state, bool beside) {
   auto model = load_scripted(state);
   if (!model) return;
   model->eval();
   torch::NoGradGuard no_grad;
   std::ostringstream out;
-  sentinel::DebugUnderflowOverflow<torch::jit::Module> debug(*model, sentinel::Options().output(out));
+  sentinel::DebugUnderflowOverflow<torch::jit::Module> debug(*model,
+                                                             sentinel::Options().output(out).read_inputs_beside_ops(beside));
   const std::vector<c10::IValue> inputs{scripted_input()};
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(inputs));
 }
+void BM_ScriptedWatched(benchmark::State& state) { scripted_watched(state, true); }
+void BM_ScriptedWatchedReadsInline(benchmark::State& state) { scripted_watched(state, false); }
 
 // Forward, pow(2).mean().backward() and an SGD step of the scripted model.
 struct ScriptedStep {
@@ -166,6 +169,7 @@ void BM_ConvTrainStepHfStyle(benchmark::State& state) {
 
 BENCHMARK(BM_ScriptedUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScriptedWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ScriptedWatchedReadsInline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScriptedTrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScriptedTrainStepWatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvUnwatched)->Unit(benchmark::kMillisecond);

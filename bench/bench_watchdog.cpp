@@ -48,14 +48,18 @@ void BM_Unwatched(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
 }
 
-void BM_Watched(benchmark::State& state) {
+// `beside`: Options::read_inputs_beside_ops, on by default; off in `WatchedReadsInline`, which
+// measures what reading inputs on the second core saves.
+void watched_forward(benchmark::State& state, bool beside) {
   auto& f = fixture();
   torch::NoGradGuard no_grad;
   std::ostringstream out;
-  sentinel::DebugUnderflowOverflow debug(f.model, sentinel::Options().output(out));
+  sentinel::DebugUnderflowOverflow debug(f.model, sentinel::Options().output(out).read_inputs_beside_ops(beside));
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(f.x));
   state.counters["frames_kept"] = static_cast<double>(debug.saved_frames().size());
 }
+void BM_Watched(benchmark::State& state) { watched_forward(state, true); }
+void BM_WatchedReadsInline(benchmark::State& state) { watched_forward(state, false); }
 
 void BM_HfStyle(benchmark::State& state) {
   auto& f = fixture();
@@ -255,6 +259,7 @@ void BM_StatsPassWithFp8Probe(benchmark::State& state) {
 // drifts of the machine affect all three alike.
 BENCHMARK(BM_Unwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Watched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_WatchedReadsInline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);

@@ -6,6 +6,8 @@
 #include <sentinel/sentinel.h>
 
 #include <atomic>
+#include <cmath>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -50,6 +52,114 @@ TEST(Threads, TwoWatchedModelsRunAtOnceAndEachReportsOnlyItsOwn) {
   EXPECT_EQ(b.tripped_batch, -1);
   EXPECT_EQ(b.batches, 20);
   EXPECT_EQ(b.output, "");
+}
+
+// Two layers whose weights are large enough to be read on the second thread while their GEMM runs.
+struct WideImpl : torch::nn::Module {
+  WideImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(512, 256));
+    fc2 = register_module("fc2", torch::nn::Linear(256, 512));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(Wide);
+
+struct WideRun {
+  std::vector<torch::Tensor> outputs;
+  std::optional<sentinel::Report> report;
+  sentinel::DeviceCounters counters;
+};
+
+// Six batches; before the fifth, a NaN is written into fc2's weight.
+WideRun run_wide(bool beside, bool watched) {
+  torch::manual_seed(3);
+  Wide model;
+  std::ostringstream out;
+  std::optional<sentinel::DebugUnderflowOverflow<Wide>> debug;
+  if (watched) debug.emplace(model, sentinel::Options().output(out).read_inputs_beside_ops(beside));
+  WideRun run;
+  for (int i = 0; i < 6; ++i) {
+    if (i == 4) {
+      torch::NoGradGuard no_grad;
+      model->fc2->weight[5][9] = std::nanf("");
+    }
+    const auto x = torch::randn({64, 512});
+    try {
+      run.outputs.push_back(watched ? debug->forward(x) : model->forward(x));
+    } catch (const sentinel::NonFiniteError& e) {
+      run.report = e.report();
+      break;
+    }
+  }
+  if (watched) run.counters = debug->device_counters();
+  return run;
+}
+
+TEST(ReadsBesideOps, FramesAndDetectionAreThoseOfReadsOnTheOpsThread) {
+  const WideRun beside = run_wide(true, true), inline_reads = run_wide(false, true), plain = run_wide(false, false);
+  EXPECT_GT(beside.counters.tensors_read_beside_ops, 0);
+  EXPECT_EQ(inline_reads.counters.tensors_read_beside_ops, 0);
+  ASSERT_TRUE(beside.report && inline_reads.report);
+  const sentinel::Report& a = *beside.report;
+  const sentinel::Report& b = *inline_reads.report;
+  auto same = [](double x, double y) { return std::isnan(x) ? std::isnan(y) : x == y; };
+  EXPECT_EQ(a.batch_number, 4);
+  EXPECT_EQ(a.trigger().module_path, "fc2");
+  EXPECT_FALSE(a.trigger().inputs_finite);
+  EXPECT_EQ(a.batch_number, b.batch_number);
+  ASSERT_EQ(a.frames.size(), b.frames.size());
+  for (size_t i = 0; i < a.frames.size(); ++i) {
+    const auto &fa = a.frames[i], &fb = b.frames[i];
+    const std::string where = "frame " + std::to_string(i) + " " + fa.module_path + " " + fa.op;
+    EXPECT_EQ(fa.op, fb.op) << where;
+    EXPECT_EQ(fa.module_path, fb.module_path) << where;
+    EXPECT_EQ(fa.inputs_finite, fb.inputs_finite) << where;
+    EXPECT_EQ(fa.outputs_finite, fb.outputs_finite) << where;
+    ASSERT_EQ(fa.entries.size(), fb.entries.size()) << where;
+    for (size_t j = 0; j < fa.entries.size(); ++j) {
+      const auto &ea = fa.entries[j].stats, &eb = fb.entries[j].stats;
+      const std::string entry = where + " " + fa.entries[j].label;
+      EXPECT_EQ(fa.entries[j].label, fb.entries[j].label) << entry;
+      EXPECT_EQ(ea.count, eb.count) << entry;
+      EXPECT_EQ(ea.nan, eb.nan) << entry;
+      EXPECT_EQ(ea.zeros, eb.zeros) << entry;
+      EXPECT_TRUE(same(ea.abs_min, eb.abs_min)) << entry << ": " << ea.abs_min << " vs " << eb.abs_min;
+      EXPECT_TRUE(same(ea.abs_max, eb.abs_max)) << entry << ": " << ea.abs_max << " vs " << eb.abs_max;
+    }
+  }
+  // The weight that holds the NaN is shown with it.
+  bool shown = false;
+  for (const auto& e : a.trigger().entries) shown = shown || (e.label == "weight" && e.stats.nan == 1);
+  EXPECT_TRUE(shown);
+  // Watching, with or without the second thread, changes no result.
+  ASSERT_EQ(beside.outputs.size(), 4u);  // the batches before the trip
+  for (size_t i = 0; i < beside.outputs.size(); ++i) EXPECT_TRUE(torch::equal(beside.outputs[i], plain.outputs[i]));
+}
+
+// batch_norm writes its running statistics without its schema saying so, and add_ writes its
+// self: their inputs are read before them, on their own thread.
+struct NormThenAddImpl : torch::nn::Module {
+  NormThenAddImpl() { bn = register_module("bn", torch::nn::BatchNorm1d(256)); }
+  torch::Tensor forward(const torch::Tensor& x, bool pure_op) {
+    if (pure_op) return torch::relu(x);  // writes only its result: x may be read beside it
+    auto y = bn(x);
+    return y.add_(x);
+  }
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(NormThenAdd);
+
+TEST(ReadsBesideOps, OpsThatMayWriteTheirArgumentsAreReadOnTheirOwnThread) {
+  torch::manual_seed(4);
+  NormThenAdd model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  const auto x = torch::randn({1024, 256});  // 1 MiB: large enough to be read beside a pure op
+  debug.forward(x, false);
+  EXPECT_EQ(debug.device_counters().tensors_read_beside_ops, 0);
+  debug.forward(x, true);
+  EXPECT_EQ(debug.device_counters().tensors_read_beside_ops, 1);
 }
 
 TEST(Detach, DestroyingTheWatchdogRemovesItsCallbackAndChangesNoResult) {

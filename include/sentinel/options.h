@@ -178,6 +178,10 @@ class Options {
   // Read back after every op instead: stops at the op that made the inf/nan, at one host
   // synchronisation per op.
   SENTINEL_OPTION(bool, device_sync_each_op, false);
+  // Large inputs of ops known to write only their results (a GEMM's weight) are read on a second
+  // thread while the op runs; the op's end waits for them, so frames, detection and call stacks
+  // are unchanged. false: every read on the op's own thread.
+  SENTINEL_OPTION(bool, read_inputs_beside_ops, true);
   // false: CUDA tensors are skipped and labelled "not on cpu", as on a build without CUDA.
   SENTINEL_OPTION(bool, watch_cuda, true);
   SENTINEL_OPTION(RankOptions, ranks, RankOptions());

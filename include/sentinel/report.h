@@ -96,12 +96,14 @@ struct HeadroomSummary {
   int64_t frames_bf16_underflow = 0;
 };
 
-// Tensors read where they live (CUDA): how much waited, and how often the host waited for it.
+// Tensors read off the op's own thread: where they live (CUDA), how much waited and how often the
+// host waited for it; and CPU inputs read on a second thread while their op ran.
 struct DeviceCounters {
   int64_t tensors_read_on_device = 0;     // reductions started on a device
   int64_t tensors_skipped_on_device = 0;  // device tensors not read (dtype, gapped view, graph capture)
   int64_t frames_deferred = 0;            // frames that waited for a read-back
   int64_t readbacks = 0;                  // host synchronisations: one per read-back
+  int64_t tensors_read_beside_ops = 0;    // Options::read_inputs_beside_ops: inputs handed over
 };
 
 // What this rank's non-finite values were, among the ranks.

@@ -27,24 +27,39 @@ class StatsCache {
  public:
   // Returns the readability and fills `out`, reading the tensor only on a miss.
   stats::Readability compute(const at::Tensor& t, TensorStats& out) {
-    if (!t.defined() || t.is_inference() || !t.has_storage() || !t.device().is_cpu() || t.is_sparse() ||
-        t.numel() == 0 || !t.is_non_overlapping_and_dense()) {
-      return stats::compute(t, out);
-    }
-    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-    const Key key{storage, t.storage_offset(), t.numel(), t.scalar_type()};
-    const uint32_t version = t.unsafeGetTensorImpl()->version_counter().current_version();
-    const void* data = storage->data();
-    auto it = entries_.find(key);
-    if (it != entries_.end() && it->second.version == version && it->second.data == data) {
-      out = it->second.stats;
-      ++hits_;
-      return it->second.readability;
-    }
-    const auto r = stats::compute(t, out);
-    Entry e{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()), version, data, out, r};
-    entries_.insert_or_assign(key, std::move(e));
+    if (!cacheable(t)) return stats::compute(t, out);
+    stats::Readability r;
+    if (find(t, out, r)) return r;
+    r = stats::compute(t, out);
+    store(t, version_of(t), out, r);
     return r;
+  }
+  // Whether `t` can be served from the cache at all.
+  static bool cacheable(const at::Tensor& t) {
+    return t.defined() && !t.is_inference() && t.has_storage() && t.device().is_cpu() && !t.is_sparse() &&
+           t.numel() > 0 && t.is_non_overlapping_and_dense();
+  }
+  static uint32_t version_of(const at::Tensor& t) {
+    return t.unsafeGetTensorImpl()->version_counter().current_version();
+  }
+  // A hit: the numbers of `t`'s memory, read earlier in this batch and provably unchanged.
+  bool find(const at::Tensor& t, TensorStats& out, stats::Readability& r) {
+    if (!cacheable(t)) return false;
+    auto it = entries_.find(key_of(t));
+    if (it == entries_.end() || it->second.version != version_of(t) || it->second.data != t.storage().data()) {
+      return false;
+    }
+    out = it->second.stats;
+    r = it->second.readability;
+    ++hits_;
+    return true;
+  }
+  // Remembers what a read of `t` at `version` found; nothing if `t` has been written since.
+  void store(const at::Tensor& t, uint32_t version, const TensorStats& stats, stats::Readability r) {
+    if (!cacheable(t) || version_of(t) != version) return;
+    Entry e{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()), version, t.storage().data(),
+            stats, r};
+    entries_.insert_or_assign(key_of(t), std::move(e));
   }
   void clear() { entries_.clear(); }
   size_t hits() const { return hits_; }
@@ -67,6 +82,9 @@ class StatsCache {
       return h ^ static_cast<size_t>(k.dtype);
     }
   };
+  static Key key_of(const at::Tensor& t) {
+    return Key{t.storage().unsafeGetStorageImpl(), t.storage_offset(), t.numel(), t.scalar_type()};
+  }
   struct Entry {
     c10::weak_intrusive_ptr<c10::StorageImpl> keep_address;
     uint32_t version;

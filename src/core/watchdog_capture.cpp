@@ -14,6 +14,7 @@
 #include "core/entry_builder.h"
 #include "core/gemm_ops.h"
 #include "core/uninitialized_ops.h"
+#include "overlap/pure_ops.h"
 #include "core/watchdog_impl.h"
 #include "stats/tensor_stats.h"
 
@@ -69,6 +70,9 @@ const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t nam
       if (args[i].is_out()) info.overwritten_args |= (1ull << i);
     }
     if (core::overwrites_self(fn.name())) info.overwritten_args |= 1;
+    bool writes_an_argument = info.overwritten_args != 0;
+    for (const auto& a : args) writes_an_argument = writes_an_argument || (a.alias_info() && a.alias_info()->isWrite());
+    info.pure = !writes_an_argument && overlap::writes_only_results(fn.name());
   }
   return info;
 }
@@ -179,6 +183,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   c10::InferenceMode no_autograd;
 
   FrameRecord& f = ts.open_frame;
+  collect_side_reads(f);  // an earlier op's, should its end have gone unseen: never left running
   f.reset();
   f.batch_number = batches.current();
   f.op = info.display_name;
@@ -210,6 +215,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   const bool operands_wanted = fp8.enabled() || collector.enabled() || dumper.enabled();
   const uint32_t gemm_operands = operands_wanted ? gemm_mask(f.op) : 0;
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, gemm_operands, f.place, places) : 0;
+  reading_inputs_beside = info.pure && opts.read_inputs_beside_ops();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       core::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
@@ -221,6 +227,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
     add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
               i < 32 && ((gemm_operands >> i) & 1), params[i]);
   }
+  reading_inputs_beside = false;
 
   if (dumps_on_trip()) {
     auto& held = ts.ending_op.inputs;
@@ -235,6 +242,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
 
 void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
+  collect_side_reads(ts.open_frame);  // before the op's arguments can change again
   if (stopped || !batches.open()) {
     ts.ending_op.inputs.clear();  // held since its start: released with the op
     return;

@@ -59,6 +59,23 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
       if (gemm->collect && moments.n > 0) collector.add(f.place, gemm->role, f.batch_number, moments);
       return e;
     }
+    if (reading_inputs_beside && role != Role::Output && !headroom && f.has_room(role) &&
+        overlap::worth_reading_beside(t)) {
+      if (!side_reader) side_reader = std::make_unique<overlap::SideReader>();
+      if (side_reader->can_post(&f)) {
+        EntryRecord e = core::make_entry(role, index, sub);
+        stats::Readability r;
+        if (stats_cache.find(t, e.stats, r)) {
+          core::set_readability(e, t, r);
+          return e;
+        }
+        core::set_readability(e, t, stats::Readability::Read);
+        const uint32_t version = core::StatsCache::cacheable(t) ? core::StatsCache::version_of(t) : 0;
+        side_reader->post(&f, t, version, f.entry_count);  // the entry's index once added
+        ++device_counters.tensors_read_beside_ops;
+        return e;
+      }
+    }
     return core::tensor_entry(stats_cache, t, role, index, sub, headroom);
   }
   if (gemm && gemm->collect && !warned_device_collect) {
@@ -116,6 +133,21 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
   f.pending = true;
   ++device_counters.tensors_read_on_device;
   return e;
+}
+
+void Watchdog::Impl::collect_side_reads(FrameRecord& f) {
+  if (!side_reader || !side_reader->has_reads_for(&f)) return;
+  side_reader->collect(&f, [&](const overlap::SideReader::Read& r) {
+    EntryRecord& e = f.entries[r.entry];
+    if (r.failed) {
+      core::set_readability(e, r.tensor, stats_cache.compute(r.tensor, e.stats));
+    } else {
+      e.stats = r.stats;
+      core::set_readability(e, r.tensor, r.readability);
+      stats_cache.store(r.tensor, r.version, r.stats, r.readability);
+    }
+    if (!e.stats.finite()) f.inputs_finite = false;
+  });
 }
 
 void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current) {

@@ -24,6 +24,7 @@
 #include "core/model_index.h"
 #include "core/stats_cache.h"
 #include "core/string_table.h"
+#include "overlap/side_reader.h"
 #include "device/deferred_frames.h"
 #include "device/stats_device.h"
 #include "ranks/rank_session.h"
@@ -46,6 +47,7 @@ struct OpInfo {
   // the whole interpreter stack; the op's own arguments and results are its last entries.
   int num_args = -1;
   int num_returns = -1;
+  bool pure = false;  // writes nothing but its results: its inputs may be read beside it
 };
 
 // A GEMM operand read for the FP8 probe of its slot and/or a statistics collection, in one read.
@@ -139,6 +141,10 @@ struct Watchdog::Impl final : capture::Session {
   bool device_tried = false;
   device::DeferredFrames deferred;
   DeviceCounters device_counters;
+  // Inputs read on a second thread while their op runs (Options::read_inputs_beside_ops), and
+  // whether the inputs now being added are an op's that allows it.
+  std::unique_ptr<overlap::SideReader> side_reader;
+  bool reading_inputs_beside = false;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   // Many ranks: identity, per-rank files, the exchanges (src/core/watchdog_ranks.cpp).
@@ -183,6 +189,8 @@ struct Watchdog::Impl final : capture::Session {
   // Ring, trace or detection for a frame whose numbers are all known.
   void process_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
   void note_headroom(const core::FrameRecord& f);
+  // Fills the entries of `f` read beside its op, waiting for them; before anything uses `f`.
+  void collect_side_reads(core::FrameRecord& f);
 
  public:
   // The entry of one tensor: read on its device (deferred) when one takes it, else on the CPU

@@ -38,6 +38,7 @@ const char* kFullConfig = R"(sentinel:
   device_readback_frames: 64
   device_sync_each_op: true
   watch_cuda: false
+  read_inputs_beside_ops: false
   log_dir: logs
   loggers: [jsonl, tensorboard]
   fp8:
@@ -84,6 +85,8 @@ TEST_F(ConfigTest, EveryWatchdogOptionRoundTrips) {
   EXPECT_EQ(o.device_readback_frames(), 64);
   EXPECT_TRUE(o.device_sync_each_op());
   EXPECT_FALSE(o.watch_cuda());
+  EXPECT_FALSE(o.read_inputs_beside_ops());
+  EXPECT_TRUE(d.read_inputs_beside_ops());
   EXPECT_EQ(o.log_dir(), "logs");
   EXPECT_EQ(o.loggers(), (std::vector<std::string>{"jsonl", "tensorboard"}));
   EXPECT_NE(d.loggers(), o.loggers());

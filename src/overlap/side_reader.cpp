@@ -1,6 +1,7 @@
 #include "overlap/side_reader.h"
 
 #include <exception>
+#include <system_error>
 
 namespace sentinel {
 namespace overlap {
@@ -32,7 +33,13 @@ void SideReader::post(const void* owner, const at::Tensor& t, uint32_t version, 
     r.version = version;
     r.entry = entry;
     owner_ = owner;
-    if (!thread_.joinable()) thread_ = std::thread([this] { thread_main(); });
+    if (!thread_.joinable() && !no_thread_) {
+      try {
+        thread_ = std::thread([this] { thread_main(); });
+      } catch (const std::system_error&) {
+        no_thread_ = true;  // the process's thread limit: reads stay on the op's thread, as before
+      }
+    }
   }
   work_cv_.notify_one();
 }
@@ -71,7 +78,6 @@ void SideReader::thread_main() {
     work_cv_.wait(lock, [&] { return stop_ || next_ < count_; });
     if (stop_) return;
     run_one(lock);
-    ++reads_beside_;
   }
 }
 

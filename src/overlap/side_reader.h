@@ -63,9 +63,6 @@ class SideReader {
     count_ = next_ = finished_ = 0;
     owner_ = nullptr;
   }
-  // Reads taken by the second thread so far (the rest were read by the op's thread at collect).
-  int64_t reads_beside() const { return reads_beside_; }
-
  private:
   void thread_main();
   // Takes the next unstarted read and runs it without the lock.
@@ -80,7 +77,7 @@ class SideReader {
   std::atomic<int> finished_{0};  // polled without the lock while the last read ends
   const void* owner_ = nullptr;
   bool stop_ = false;
-  int64_t reads_beside_ = 0;
+  bool no_thread_ = false;  // none could be started: the op's thread reads everything at collect
   std::thread thread_;
 };
 

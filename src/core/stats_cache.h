@@ -28,10 +28,11 @@ class StatsCache {
   // Returns the readability and fills `out`, reading the tensor only on a miss.
   stats::Readability compute(const at::Tensor& t, TensorStats& out) {
     if (!cacheable(t)) return stats::compute(t, out);
+    const uint32_t version = version_of(t);
     stats::Readability r;
-    if (find(t, out, r)) return r;
+    if (lookup(t, version, out, r)) return r;
     r = stats::compute(t, out);
-    store(t, version_of(t), out, r);
+    insert(t, version, out, r);
     return r;
   }
   // Whether `t` can be served from the cache at all.
@@ -39,27 +40,17 @@ class StatsCache {
     return t.defined() && !t.is_inference() && t.has_storage() && t.device().is_cpu() && !t.is_sparse() &&
            t.numel() > 0 && t.is_non_overlapping_and_dense();
   }
+  // Of a cacheable tensor (inference tensors have no version counter).
   static uint32_t version_of(const at::Tensor& t) {
     return t.unsafeGetTensorImpl()->version_counter().current_version();
   }
   // A hit: the numbers of `t`'s memory, read earlier in this batch and provably unchanged.
   bool find(const at::Tensor& t, TensorStats& out, stats::Readability& r) {
-    if (!cacheable(t)) return false;
-    auto it = entries_.find(key_of(t));
-    if (it == entries_.end() || it->second.version != version_of(t) || it->second.data != t.storage().data()) {
-      return false;
-    }
-    out = it->second.stats;
-    r = it->second.readability;
-    ++hits_;
-    return true;
+    return cacheable(t) && lookup(t, version_of(t), out, r);
   }
   // Remembers what a read of `t` at `version` found; nothing if `t` has been written since.
   void store(const at::Tensor& t, uint32_t version, const TensorStats& stats, stats::Readability r) {
-    if (!cacheable(t) || version_of(t) != version) return;
-    Entry e{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()), version, t.storage().data(),
-            stats, r};
-    entries_.insert_or_assign(key_of(t), std::move(e));
+    if (cacheable(t) && version_of(t) == version) insert(t, version, stats, r);
   }
   void clear() { entries_.clear(); }
   size_t hits() const { return hits_; }
@@ -84,6 +75,20 @@ class StatsCache {
   };
   static Key key_of(const at::Tensor& t) {
     return Key{t.storage().unsafeGetStorageImpl(), t.storage_offset(), t.numel(), t.scalar_type()};
+  }
+  // Of a cacheable tensor at `version`.
+  bool lookup(const at::Tensor& t, uint32_t version, TensorStats& out, stats::Readability& r) {
+    auto it = entries_.find(key_of(t));
+    if (it == entries_.end() || it->second.version != version || it->second.data != t.storage().data()) return false;
+    out = it->second.stats;
+    r = it->second.readability;
+    ++hits_;
+    return true;
+  }
+  void insert(const at::Tensor& t, uint32_t version, const TensorStats& stats, stats::Readability r) {
+    Entry e{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()), version, t.storage().data(),
+            stats, r};
+    entries_.insert_or_assign(key_of(t), std::move(e));
   }
   struct Entry {
     c10::weak_intrusive_ptr<c10::StorageImpl> keep_address;

@@ -86,8 +86,10 @@ void block_amaxes(const float* p, int64_t nblocks, int block, float* amax, float
 // the CPU has them). `count` is left to the caller, which knows how many elements were padding
 // (zeros, which add nothing else). Prefetches the nblocks blocks after the buffer (a prefetch
 // never faults): where a tensor is read in place, they are the next buffer.
-void cast_blocks(const float* p, int64_t nblocks, int block, const float* encode, const float* decode,
-                 const uint8_t* path, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out);
+// power_of_two_scales: each such block's encode is 2^k and its decode 2^-k, both normal floats
+// (MXFP8's E8M0 scales), which lets the loops skip both multiplies.
+void cast_blocks(const float* p, int64_t nblocks, int block, bool power_of_two_scales, const float* encode,
+                 const float* decode, const uint8_t* path, const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out);
 
 }  // namespace recipes
 }  // namespace sentinel

@@ -75,7 +75,8 @@ class BlockCaster {
     out_.blocks_nonfinite += t.nonfinite;
     for (int64_t k = 0; k < groups; ++k) ++codes_[k & 3][code_[k]];  // four histograms: no chain of increments
     if (tile_rows > 0) spread_tiles(groups, tile_rows);
-    cast_blocks(p, nblocks, block_, encode_.data(), decode_.data(), path_.data(), element_, out_.cast);
+    const bool e8m0 = rule_.kind == fp8::ScalingRecipe::MXFP8;  // power-of-two scales
+    cast_blocks(p, nblocks, block_, e8m0, encode_.data(), decode_.data(), path_.data(), element_, out_.cast);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
     for (int64_t k0 = 0; k0 < nblocks; k0 += 8) {  // eight paths at a time: exact blocks are rare
       uint64_t any = 0;

@@ -1,16 +1,25 @@
-// Several watchdogs at once, on several threads; and detaching leaves LibTorch as it was.
+// Several watchdogs at once, on several threads; reads beside ops, also across fork(); and
+// detaching leaves LibTorch as it was.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <ATen/record_function.h>
 #include <sentinel/sentinel.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <thread>
 
+#include "overlap/side_reader.h"
+#include "stats/tensor_stats.h"
 #include "support/test_models.h"
 
 namespace {
@@ -209,6 +218,52 @@ def forward(self, x):
   auto* watch = new sentinel::Watchdog(model, sentinel::Options());
   std::thread([&] { delete watch; }).join();
   EXPECT_NO_THROW(model.forward({torch::ones({2, 2})}));  // this thread's reference has expired
+}
+
+// fork() copies only the forking thread. A child of a process whose second thread was reading
+// must still finish those reads (on its own thread) and destroy the reader without waiting for
+// a thread it does not have.
+TEST(ReadsBesideOps, AForkedChildFinishesTheReadsItsParentHadStartedAndNeverWaits) {
+  const at::Tensor t = at::randn({1024, 1024});
+  sentinel::TensorStats want;
+  sentinel::stats::compute(t, want);
+  auto same = [&](const sentinel::TensorStats& s) {
+    return s.count == want.count && s.abs_min == want.abs_min && s.abs_max == want.abs_max && s.zeros == want.zeros;
+  };
+  auto reader = std::make_unique<sentinel::overlap::SideReader>();
+  const int owner = 0, child_owner = 0;
+  for (int i = 0; i < sentinel::overlap::SideReader::kMaxReads; ++i) reader->post(&owner, t, 0, i);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0) << "fork failed";
+  if (pid == 0) {  // the child: no gtest assertions here, its exit status is the verdict
+    int good = 0;
+    auto check = [&](const sentinel::overlap::SideReader::Read& r) {
+      sentinel::TensorStats s = r.stats;
+      if (r.failed) sentinel::stats::compute(r.tensor, s);  // as the watchdog does
+      good += same(s);
+    };
+    reader->collect(&owner, check);
+    reader->post(&child_owner, t, 0, 0);  // read on the child's own thread
+    reader->collect(&child_owner, check);
+    reader.reset();
+    _exit(good == sentinel::overlap::SideReader::kMaxReads + 1 ? 0 : 1);
+  }
+  int good = 0;
+  reader->collect(&owner, [&](const sentinel::overlap::SideReader::Read& r) { good += !r.failed && same(r.stats); });
+  EXPECT_EQ(good, sentinel::overlap::SideReader::kMaxReads);
+  // A guard against a hang, not a timing: the child's work takes well under a second.
+  int status = 0;
+  pid_t done = 0;
+  for (int waited_ms = 0; (done = waitpid(pid, &status, WNOHANG)) == 0 && waited_ms < 120000; waited_ms += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the forked child hung";
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << "the forked child was ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the forked child's reads differ from the statistics of the tensor";
 }
 
 }  // namespace

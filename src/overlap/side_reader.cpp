@@ -1,6 +1,9 @@
 #include "overlap/side_reader.h"
 
+#include <pthread.h>
+
 #include <exception>
+#include <set>
 #include <system_error>
 
 namespace sentinel {
@@ -16,13 +19,66 @@ inline void cpu_relax() {
 constexpr int64_t kMinBytes = int64_t{256} << 10;
 }  // namespace
 
+// The process's readers, locked around fork(): a child copies only the forking thread, so a
+// reader's mutex held by its own thread, or a read it had started, would otherwise never be
+// released or finished there.
+struct ForkGuard {
+  static std::mutex& registry_mutex() {
+    static std::mutex* m = new std::mutex;  // never destroyed: fork() may come during exit
+    return *m;
+  }
+  static std::set<SideReader*>& readers() {
+    static auto* r = new std::set<SideReader*>;
+    return *r;
+  }
+  static void prepare() {
+    registry_mutex().lock();
+    for (SideReader* r : readers()) r->mutex_.lock();
+  }
+  static void in_parent() {
+    for (SideReader* r : readers()) r->mutex_.unlock();
+    registry_mutex().unlock();
+  }
+  static void in_child() {
+    for (SideReader* r : readers()) {
+      r->after_fork_in_child();
+      r->mutex_.unlock();
+    }
+    registry_mutex().unlock();
+  }
+  static void add(SideReader* r) {
+    static const int registered = pthread_atfork(&prepare, &in_parent, &in_child);
+    (void)registered;  // if it failed (no memory), a child that reads beside ops could wait forever
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    readers().insert(r);
+  }
+  static void remove(SideReader* r) {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    readers().erase(r);
+  }
+};
+
+SideReader::SideReader() { ForkGuard::add(this); }
+
 SideReader::~SideReader() {
+  ForkGuard::remove(this);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   work_cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_ && thread_->joinable()) thread_->join();
+}
+
+void SideReader::after_fork_in_child() {
+  (void)thread_.release();  // the handle of a thread the child does not have: dropped, not joined
+  no_thread_ = true;        // the ops' threads read everything from now on
+  for (int i = 0; i < next_; ++i) {
+    if (reads_[i].done) continue;
+    reads_[i].failed = true;  // started by the thread the child does not have
+    reads_[i].done = true;
+  }
+  finished_.store(next_, std::memory_order_relaxed);
 }
 
 void SideReader::post(const void* owner, const at::Tensor& t, uint32_t version, int entry) {
@@ -32,10 +88,11 @@ void SideReader::post(const void* owner, const at::Tensor& t, uint32_t version, 
     r.tensor = t;
     r.version = version;
     r.entry = entry;
+    r.done = false;
     owner_ = owner;
-    if (!thread_.joinable() && !no_thread_) {
+    if (!thread_ && !no_thread_) {
       try {
-        thread_ = std::thread([this] { thread_main(); });
+        thread_ = std::make_unique<std::thread>([this] { thread_main(); });
       } catch (const std::system_error&) {
         no_thread_ = true;  // the process's thread limit: reads stay on the op's thread, as before
       }
@@ -54,6 +111,7 @@ void SideReader::run_one(std::unique_lock<std::mutex>& lock) {
     r.failed = true;  // read again on the op's thread at collect, which handles it as it always has
   }
   lock.lock();
+  r.done = true;
   finished_.fetch_add(1, std::memory_order_release);
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -35,9 +36,12 @@ class SideReader {
     TensorStats stats;
     stats::Readability readability = stats::Readability::Undefined;
     bool failed = false;  // the read threw (no memory for its walk): the caller reads it itself
+    bool done = false;    // finished (under the lock)
   };
 
-  SideReader() = default;
+  // Registered for fork(): the process's readers are locked across it, and in a child, where the
+  // thread no longer exists, each reader is left to the ops' own threads (after_fork_in_child).
+  SideReader();
   SideReader(const SideReader&) = delete;
   SideReader& operator=(const SideReader&) = delete;
   ~SideReader();
@@ -64,7 +68,11 @@ class SideReader {
     owner_ = nullptr;
   }
  private:
+  friend struct ForkGuard;
   void thread_main();
+  // In a forked child (this reader's mutex held): the thread is gone, so nothing may wait for it
+  // or join it. Reads it had started are marked failed, which makes the collector read them again.
+  void after_fork_in_child();
   // Takes the next unstarted read and runs it without the lock.
   void run_one(std::unique_lock<std::mutex>& lock);
   // Waits for the reads the other thread has started (at most one read's time).
@@ -78,7 +86,9 @@ class SideReader {
   const void* owner_ = nullptr;
   bool stop_ = false;
   bool no_thread_ = false;  // none could be started: the op's thread reads everything at collect
-  std::thread thread_;
+  // A pointer, so that a forked child can drop the handle of a thread that does not exist there:
+  // destroying or joining it would end or hang the child.
+  std::unique_ptr<std::thread> thread_;
 };
 
 // Whether the statistics of `t` are worth a read on the second thread: a floating tensor on the

@@ -46,11 +46,13 @@ struct ForkGuard {
     }
     registry_mutex().unlock();
   }
-  static void add(SideReader* r) {
-    static const int registered = pthread_atfork(&prepare, &in_parent, &in_child);
-    (void)registered;  // if it failed (no memory), a child that reads beside ops could wait forever
+  // Whether the handlers are registered: if not (no memory), a child could wait for a thread it
+  // does not have, so the reader never starts one.
+  static bool add(SideReader* r) {
+    static const bool registered = pthread_atfork(&prepare, &in_parent, &in_child) == 0;
     std::lock_guard<std::mutex> lock(registry_mutex());
     readers().insert(r);
+    return registered;
   }
   static void remove(SideReader* r) {
     std::lock_guard<std::mutex> lock(registry_mutex());
@@ -58,7 +60,7 @@ struct ForkGuard {
   }
 };
 
-SideReader::SideReader() { ForkGuard::add(this); }
+SideReader::SideReader() { no_thread_ = !ForkGuard::add(this); }
 
 SideReader::~SideReader() {
   ForkGuard::remove(this);

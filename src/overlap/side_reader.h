@@ -85,7 +85,7 @@ class SideReader {
   std::atomic<int> finished_{0};  // polled without the lock while the last read ends
   const void* owner_ = nullptr;
   bool stop_ = false;
-  bool no_thread_ = false;  // none could be started: the op's thread reads everything at collect
+  bool no_thread_ = false;  // none could be started, or fork() could not be guarded: the op's thread reads all
   // A pointer, so that a forked child can drop the handle of a thread that does not exist there:
   // destroying or joining it would end or hang the child.
   std::unique_ptr<std::thread> thread_;

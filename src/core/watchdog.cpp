@@ -95,6 +95,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
   stats_cache.clear();
+  core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
   backward_in_batch = false;
   backward_ran_in_batch = false;

@@ -215,7 +215,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   const bool operands_wanted = fp8.enabled() || collector.enabled() || dumper.enabled();
   const uint32_t gemm_operands = operands_wanted ? gemm_mask(f.op) : 0;
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, gemm_operands, f.place, places) : 0;
-  reading_inputs_beside = info.pure && opts.read_inputs_beside_ops();
+  reading_inputs_beside = info.pure && core_left_idle;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       core::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);

@@ -25,6 +25,7 @@
 #include "core/stats_cache.h"
 #include "core/string_table.h"
 #include "overlap/side_reader.h"
+#include "overlap/spare_core.h"
 #include "device/deferred_frames.h"
 #include "device/stats_device.h"
 #include "ranks/rank_session.h"
@@ -142,8 +143,10 @@ struct Watchdog::Impl final : capture::Session {
   device::DeferredFrames deferred;
   DeviceCounters device_counters;
   // Inputs read on a second thread while their op runs (Options::read_inputs_beside_ops), and
-  // whether the inputs now being added are an op's that allows it.
+  // whether the inputs now being added are an op's that allows it; only while the BLAS and ATen
+  // leave a core idle (src/overlap/spare_core.h), looked at as each batch begins.
   std::unique_ptr<overlap::SideReader> side_reader;
+  bool core_left_idle = false;
   bool reading_inputs_beside = false;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 

@@ -142,8 +142,7 @@ void SideReader::thread_main() {
 }
 
 bool worth_reading_beside(const at::Tensor& t) {
-  static const bool second_core = std::thread::hardware_concurrency() >= 2;
-  if (!second_core || !t.defined() || stats::compute_readability(t) != stats::Readability::Read) return false;
+  if (!t.defined() || stats::compute_readability(t) != stats::Readability::Read) return false;
   const auto dtype = t.scalar_type();
   if (dtype != c10::kFloat && dtype != c10::kDouble && dtype != c10::kHalf && dtype != c10::kBFloat16) return false;
   return t.numel() * static_cast<int64_t>(t.element_size()) >= kMinBytes;

@@ -92,8 +92,8 @@ class SideReader {
 };
 
 // Whether the statistics of `t` are worth a read on the second thread: a floating tensor on the
-// CPU, large enough that the hand-over costs less than the read (and only where a second core
-// exists).
+// CPU, large enough that the hand-over costs less than the read. (Whether a core is idle to read
+// it is the caller's to know: spare_core.h.)
 bool worth_reading_beside(const at::Tensor& t);
 
 }  // namespace overlap

@@ -57,6 +57,8 @@ void watched_forward(benchmark::State& state, bool beside) {
   sentinel::DebugUnderflowOverflow debug(f.model, sentinel::Options().output(out).read_inputs_beside_ops(beside));
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(f.x));
   state.counters["frames_kept"] = static_cast<double>(debug.saved_frames().size());
+  state.counters["read_beside"] = benchmark::Counter(static_cast<double>(debug.device_counters().tensors_read_beside_ops),
+                                                     benchmark::Counter::kAvgIterations);
 }
 void BM_Watched(benchmark::State& state) { watched_forward(state, true); }
 void BM_WatchedReadsInline(benchmark::State& state) { watched_forward(state, false); }

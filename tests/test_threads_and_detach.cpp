@@ -254,6 +254,7 @@ TEST(ReadsBesideOps, AForkedChildFinishesTheReadsItsParentHadStartedAndNeverWait
   auto reader = std::make_unique<sentinel::overlap::SideReader>();
   const int owner = 0, child_owner = 0;
   for (int i = 0; i < sentinel::overlap::SideReader::kMaxReads; ++i) reader->post(&owner, t, 0, i);
+  reader->start(&owner);
   const pid_t pid = fork();
   ASSERT_GE(pid, 0) << "fork failed";
   if (pid == 0) {  // the child: no gtest assertions here, its exit status is the verdict
@@ -265,6 +266,7 @@ TEST(ReadsBesideOps, AForkedChildFinishesTheReadsItsParentHadStartedAndNeverWait
     };
     reader->collect(&owner, check);
     reader->post(&child_owner, t, 0, 0);  // read on the child's own thread
+    reader->start(&child_owner);
     reader->collect(&child_owner, check);
     reader.reset();
     _exit(good == sentinel::overlap::SideReader::kMaxReads + 1 ? 0 : 1);

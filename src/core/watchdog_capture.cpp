@@ -228,6 +228,7 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
               i < 32 && ((gemm_operands >> i) & 1), params[i]);
   }
   reading_inputs_beside = false;
+  if (side_reader) side_reader->start(&f);
 
   if (dumps_on_trip()) {
     auto& held = ts.ending_op.inputs;

@@ -100,7 +100,10 @@ void SideReader::post(const void* owner, const at::Tensor& t, uint32_t version, 
       }
     }
   }
-  work_cv_.notify_one();
+}
+
+void SideReader::start(const void* owner) {
+  if (has_reads_for(owner)) work_cv_.notify_one();
 }
 
 void SideReader::run_one(std::unique_lock<std::mutex>& lock) {

@@ -10,35 +10,27 @@
 namespace sentinel {
 namespace overlap {
 
-namespace {
-
-using ThreadCount = int (*)();
-
-// The BLAS's own thread query. LibTorch may have loaded its BLAS privately (RTLD_LOCAL, as a
-// Python extension does), so the libraries already loaded are asked by name as well.
-ThreadCount find_blas_thread_query() {
-  static const char* const kQueries[] = {"openblas_get_num_threads", "mkl_get_max_threads",
-                                         "bli_thread_get_num_threads"};
+void* find_blas_function(std::initializer_list<const char*> names) {
   static const char* const kLibraries[] = {"libblas.so.3", "libopenblas.so.0", "libopenblasp.so.0",
                                            "libmkl_rt.so.2", "libmkl_rt.so", "libblis.so.4"};
-  for (const char* name : kQueries) {
-    if (void* f = dlsym(RTLD_DEFAULT, name)) return reinterpret_cast<ThreadCount>(f);
+  for (const char* name : names) {
+    if (void* f = dlsym(RTLD_DEFAULT, name)) return f;
   }
   for (const char* library : kLibraries) {
     void* handle = dlopen(library, RTLD_LAZY | RTLD_NOLOAD);  // never loads one: only those in use
     if (!handle) continue;
-    for (const char* name : kQueries) {
-      if (void* f = dlsym(handle, name)) return reinterpret_cast<ThreadCount>(f);  // handle kept: f stays valid
+    for (const char* name : names) {
+      if (void* f = dlsym(handle, name)) return f;  // the handle is kept: f stays valid
     }
     dlclose(handle);
   }
   return nullptr;
 }
 
-}  // namespace
-
 CoreUse core_use() {
-  static const ThreadCount blas_threads = find_blas_thread_query();
+  using ThreadCount = int (*)();
+  static const auto blas_threads = reinterpret_cast<ThreadCount>(
+      find_blas_function({"openblas_get_num_threads", "mkl_get_max_threads", "bli_thread_get_num_threads"}));
   CoreUse u;
   cpu_set_t set;
   CPU_ZERO(&set);

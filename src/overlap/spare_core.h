@@ -3,6 +3,7 @@
 // nothing. With one BLAS thread per core (OpenBLAS's default), a GEMM already runs on every
 // core, and a read beside it takes a core from the GEMM: the forward gets slower, not faster.
 #include <algorithm>
+#include <initializer_list>
 
 namespace sentinel {
 namespace overlap {
@@ -16,6 +17,11 @@ struct CoreUse {
 
 // What the process uses now. Cheap enough for every batch (one system call), not for every op.
 CoreUse core_use();
+
+// The first of `names` that the BLAS LibTorch calls exports, or null. LibTorch may have loaded
+// its BLAS privately (RTLD_LOCAL, as a Python extension does), so the BLAS libraries already
+// loaded are asked by name as well; none is ever loaded.
+void* find_blas_function(std::initializer_list<const char*> names);
 
 // A BLAS not known by name is taken to follow ATen's setting (LibTorch sets MKL's threads with
 // its own).

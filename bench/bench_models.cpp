@@ -4,7 +4,8 @@
 //               DebugUnderflowOverflow<torch::jit::Module> as the CLI runs it. No HF-style case:
 //               HF's tool hooks Python modules, and a scripted module has no forward hooks.
 //   Conv*     - a ResNet-style network (conv_model.h) with in-place ReLU and residual adds.
-// Each forward and training step unwatched, watched with default options, and (Conv) HF-style.
+// Each forward and training step unwatched, watched with default options, and (Conv) HF-style;
+// *ReadsInline: watched with every read on the op's own thread (no second thread).
 #include <benchmark/benchmark.h>
 #include <sentinel/sentinel.h>
 #include <torch/script.h>
@@ -14,6 +15,8 @@
 
 #include "conv_model.h"
 #include "hf_style.h"
+#include "page_faults.h"
+#include "second_thread_counters.h"
 
 namespace {
 
@@ -44,6 +47,7 @@ void BM_ScriptedUnwatched(benchmark::State& state) {
   model->eval();
   torch::NoGradGuard no_grad;
   const std::vector<c10::IValue> inputs{scripted_input()};
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(model->forward(inputs));
 }
 
@@ -56,7 +60,9 @@ void scripted_watched(benchmark::State& state, bool beside) {
   sentinel::DebugUnderflowOverflow<torch::jit::Module> debug(*model,
                                                              sentinel::Options().output(out).read_inputs_beside_ops(beside));
   const std::vector<c10::IValue> inputs{scripted_input()};
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(inputs));
+  bench::count_reads_beside(state, debug.device_counters());
 }
 void BM_ScriptedWatched(benchmark::State& state) { scripted_watched(state, true); }
 void BM_ScriptedWatchedReadsInline(benchmark::State& state) { scripted_watched(state, false); }
@@ -81,6 +87,7 @@ void BM_ScriptedTrainStepUnwatched(benchmark::State& state) {
   auto model = load_scripted(state);
   if (!model) return;
   ScriptedStep s(*model);  // the same module: its modes are set by each case
+  bench::PageFaults faults(state);
   for (auto _ : state) s.step();
 }
 
@@ -90,6 +97,7 @@ void BM_ScriptedTrainStepWatched(benchmark::State& state) {
   ScriptedStep s(*model);  // the same module: its modes are set by each case
   std::ostringstream out;
   sentinel::Watchdog watch(s.model, sentinel::Options().output(out));
+  bench::PageFaults faults(state);
   for (auto _ : state) {
     auto batch = watch.batch();
     s.step();
@@ -116,21 +124,29 @@ ConvFixture& conv_fixture(bool training) {
 void BM_ConvUnwatched(benchmark::State& state) {
   auto& f = conv_fixture(false);
   torch::NoGradGuard no_grad;
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
 }
 
-void BM_ConvWatched(benchmark::State& state) {
+// `second_thread`: the default; off in *ReadsInline, every read on the op's thread.
+void conv_watched(benchmark::State& state, bool second_thread) {
   auto& f = conv_fixture(false);
   torch::NoGradGuard no_grad;
   std::ostringstream out;
-  sentinel::DebugUnderflowOverflow debug(f.model, sentinel::Options().output(out));
+  sentinel::DebugUnderflowOverflow debug(
+      f.model, sentinel::Options().output(out).read_inputs_beside_ops(second_thread));
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(f.x));
+  bench::count_reads_beside(state, debug.device_counters());
 }
+void BM_ConvWatched(benchmark::State& state) { conv_watched(state, true); }
+void BM_ConvWatchedReadsInline(benchmark::State& state) { conv_watched(state, false); }
 
 void BM_ConvHfStyle(benchmark::State& state) {
   auto& f = conv_fixture(false);
   torch::NoGradGuard no_grad;
   bench::with_hf_hooks(f.model, [&] {
+    bench::PageFaults faults(state);
     for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
   });
 }
@@ -144,25 +160,32 @@ void conv_step(ConvFixture& f, torch::optim::SGD& sgd) {
 void BM_ConvTrainStepUnwatched(benchmark::State& state) {
   auto& f = conv_fixture(true);
   torch::optim::SGD sgd(f.model->parameters(), 1e-4);
+  bench::PageFaults faults(state);
   for (auto _ : state) conv_step(f, sgd);
 }
 
-void BM_ConvTrainStepWatched(benchmark::State& state) {
+void conv_train_step_watched(benchmark::State& state, bool second_thread) {
   auto& f = conv_fixture(true);
   torch::optim::SGD sgd(f.model->parameters(), 1e-4);
   std::ostringstream out;
-  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out));
+  sentinel::Watchdog watch(
+      f.model.ptr(), sentinel::Options().output(out).read_inputs_beside_ops(second_thread));
+  bench::PageFaults faults(state);
   for (auto _ : state) {
     auto batch = watch.batch();
     conv_step(f, sgd);
     batch.finish();
   }
+  bench::count_reads_beside(state, watch.device_counters());
 }
+void BM_ConvTrainStepWatched(benchmark::State& state) { conv_train_step_watched(state, true); }
+void BM_ConvTrainStepWatchedReadsInline(benchmark::State& state) { conv_train_step_watched(state, false); }
 
 void BM_ConvTrainStepHfStyle(benchmark::State& state) {
   auto& f = conv_fixture(true);
   torch::optim::SGD sgd(f.model->parameters(), 1e-4);
   bench::with_hf_hooks(f.model, [&] {
+    bench::PageFaults faults(state);
     for (auto _ : state) conv_step(f, sgd);
   });
 }
@@ -174,9 +197,11 @@ BENCHMARK(BM_ScriptedTrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ScriptedTrainStepWatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvWatchedReadsInline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvHfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvTrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvTrainStepWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConvTrainStepWatchedReadsInline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ConvTrainStepHfStyle)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -20,6 +20,8 @@
 #include "ranks/rank_session.h"
 #include "stats/tensor_stats.h"
 #include "hf_style.h"
+#include "page_faults.h"
+#include "second_thread_counters.h"
 #include "stats_pass_cases.h"
 #include "transformer_model.h"
 
@@ -45,6 +47,7 @@ Fixture& fixture() {
 void BM_Unwatched(benchmark::State& state) {
   auto& f = fixture();
   torch::NoGradGuard no_grad;
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
 }
 
@@ -55,10 +58,10 @@ void watched_forward(benchmark::State& state, bool beside) {
   torch::NoGradGuard no_grad;
   std::ostringstream out;
   sentinel::DebugUnderflowOverflow debug(f.model, sentinel::Options().output(out).read_inputs_beside_ops(beside));
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(f.x));
   state.counters["frames_kept"] = static_cast<double>(debug.saved_frames().size());
-  state.counters["read_beside"] = benchmark::Counter(static_cast<double>(debug.device_counters().tensors_read_beside_ops),
-                                                     benchmark::Counter::kAvgIterations);
+  bench::count_reads_beside(state, debug.device_counters());
 }
 void BM_Watched(benchmark::State& state) { watched_forward(state, true); }
 void BM_WatchedReadsInline(benchmark::State& state) { watched_forward(state, false); }
@@ -67,6 +70,7 @@ void BM_HfStyle(benchmark::State& state) {
   auto& f = fixture();
   torch::NoGradGuard no_grad;
   bench::with_hf_hooks(f.model, [&] {
+    bench::PageFaults faults(state);
     for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
   });
 }
@@ -96,19 +100,24 @@ TrainFixture& train_fixture() {
 
 void BM_TrainStepUnwatched(benchmark::State& state) {
   auto& f = train_fixture();
+  bench::PageFaults faults(state);
   for (auto _ : state) f.step();
 }
 
-void BM_TrainStepWatched(benchmark::State& state) {
+void train_step_watched(benchmark::State& state, bool second_thread) {
   auto& f = train_fixture();
   std::ostringstream out;
-  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out));
+  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out).read_inputs_beside_ops(second_thread));
+  bench::PageFaults faults(state);
   for (auto _ : state) {
     auto batch = watch.batch();
     f.step();
     batch.finish();
   }
+  bench::count_reads_beside(state, watch.device_counters());
 }
+void BM_TrainStepWatched(benchmark::State& state) { train_step_watched(state, true); }
+void BM_TrainStepWatchedReadsInline(benchmark::State& state) { train_step_watched(state, false); }
 
 // Every layer's GEMM tensors (activation, weight, gradient) with the whole statistics menu, on
 // every step, logged to JSON lines: what a collection costs at its most demanding setting.
@@ -122,6 +131,7 @@ void BM_TrainStepCollected(benchmark::State& state) {
                                           Stat::CurAmax, Stat::DynamicRange})});
   {
     sentinel::Watchdog watch(f.model.ptr(), options);
+    bench::PageFaults faults(state);
     for (auto _ : state) {
       auto batch = watch.batch();
       f.step();
@@ -134,6 +144,7 @@ void BM_TrainStepCollected(benchmark::State& state) {
 void BM_TrainStepHfStyle(benchmark::State& state) {
   auto& f = train_fixture();
   bench::with_hf_hooks(f.model, [&] {
+    bench::PageFaults faults(state);
     for (auto _ : state) f.step();
   });
 }
@@ -187,6 +198,7 @@ void BM_TinyOpsUnwatched(benchmark::State& state) {
   TinyOps model;
   const auto x = torch::zeros({16});
   torch::NoGradGuard no_grad;
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(model->forward(x));
 }
 
@@ -196,6 +208,7 @@ void BM_TinyOpsWatched(benchmark::State& state) {
   torch::NoGradGuard no_grad;
   std::ostringstream out;
   sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(x));
 }
 
@@ -265,6 +278,7 @@ BENCHMARK(BM_WatchedReadsInline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_HfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepWatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TrainStepWatchedReadsInline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepHfStyle)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TrainStepCollected)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RankExchange2)->Iterations(2000)->Unit(benchmark::kMillisecond);

@@ -16,30 +16,14 @@
 #include "conv_model.h"
 #include "hf_style.h"
 #include "page_faults.h"
+#include "scripted_model.h"
 #include "second_thread_counters.h"
 
 namespace {
 
-// Built next to this program by bench/CMakeLists.txt (make_bench_models.py).
-std::optional<torch::jit::Module> load_scripted(benchmark::State& state) {
-  static std::optional<torch::jit::Module> model = []() -> std::optional<torch::jit::Module> {
-    try {
-      return torch::jit::load(SENTINEL_BENCH_MODELS_DIR "/transformer_scripted.pt");
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
-  }();
-  if (!model) state.SkipWithError("no " SENTINEL_BENCH_MODELS_DIR "/transformer_scripted.pt (make_bench_models.py)");
-  return model;
-}
-
-torch::Tensor scripted_input() {
-  static torch::Tensor x = [] {
-    torch::manual_seed(1);
-    return torch::randn({4, 128, 256});
-  }();
-  return x;
-}
+using bench::load_scripted;
+using bench::scripted_input;
+using bench::ScriptedStep;
 
 void BM_ScriptedUnwatched(benchmark::State& state) {
   auto model = load_scripted(state);
@@ -66,22 +50,6 @@ void scripted_watched(benchmark::State& state, bool beside) {
 }
 void BM_ScriptedWatched(benchmark::State& state) { scripted_watched(state, true); }
 void BM_ScriptedWatchedReadsInline(benchmark::State& state) { scripted_watched(state, false); }
-
-// Forward, pow(2).mean().backward() and an SGD step of the scripted model.
-struct ScriptedStep {
-  explicit ScriptedStep(torch::jit::Module m) : model(std::move(m)) {
-    model.train();
-    for (const auto& p : model.parameters()) params.push_back(p);
-  }
-  void step() {
-    for (auto& p : params) p.mutable_grad() = torch::Tensor();
-    model.forward({scripted_input()}).toTensor().pow(2).mean().backward();
-    torch::NoGradGuard no_grad;
-    for (auto& p : params) p.add_(p.grad(), -1e-4);
-  }
-  torch::jit::Module model;
-  std::vector<torch::Tensor> params;
-};
 
 void BM_ScriptedTrainStepUnwatched(benchmark::State& state) {
   auto model = load_scripted(state);

@@ -27,7 +27,7 @@
 
 namespace {
 
-constexpr int64_t kLayers = 6, kModel = 256, kHeads = 4, kFeedForward = 1024, kBatch = 4, kSeq = 128;
+using bench::kBatch, bench::kFeedForward, bench::kHeads, bench::kLayers, bench::kModel, bench::kSeq;
 
 struct Fixture {
   Fixture() : model(kLayers, kModel, kHeads, kFeedForward) {

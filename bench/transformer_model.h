@@ -9,6 +9,10 @@
 
 namespace bench {
 
+// The benchmarks' transformer and its input: 6 layers, d_model 256, 4 heads, feed-forward 1024,
+// batch 4 x 128 tokens.
+constexpr int64_t kLayers = 6, kModel = 256, kHeads = 4, kFeedForward = 1024, kBatch = 4, kSeq = 128;
+
 // Called after each module's forward with (module, input, output), as HF's forward hooks are.
 using ModuleHook = std::function<void(torch::nn::Module&, const torch::Tensor&, const torch::Tensor&)>;
 

@@ -1,0 +1,201 @@
+// Watched against unwatched in pairs: each iteration runs the same forward (or training step)
+// once unwatched and once watched, back to back, in alternating order, and keeps the ratio of the
+// two. The medians of the other cases compare repetitions half a second or more apart, and on a
+// virtual machine the speed drifts by several percent over seconds; a pair is over in a tenth of
+// a second, so drift cancels within it. Counters: `ratio`, the median of the pairs' ratios, and
+// `ratio_q1`, `ratio_q3`, their quartiles.
+//
+// The watchdog stays attached throughout; the unwatched run turns LibTorch's op callbacks off on
+// its thread (at::RecordFunctionGuard), so none of the watchdog's code runs in it.
+// `PairedNoWatchdog` checks that this is what no watchdog at all costs: its pairs are a run with
+// no watchdog in the process and a run with one attached but switched off that way (ratio 1).
+#include <ATen/record_function.h>
+#include <benchmark/benchmark.h>
+#include <sentinel/sentinel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "conv_model.h"
+#include "scripted_model.h"
+#include "transformer_model.h"
+
+namespace {
+
+double seconds_of(const std::function<void()>& run) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `unwatched` and `watched` once each per iteration, the first of the two alternating; `before`
+// (untimed) runs ahead of each with whether the watched one comes next.
+void run_pairs(benchmark::State& state, const std::function<void()>& unwatched, const std::function<void()>& watched,
+               const std::function<void(bool)>& before = [](bool) {}) {
+  auto timed = [&](bool is_watched) {
+    before(is_watched);
+    return seconds_of(is_watched ? watched : unwatched);
+  };
+  for (int i = 0; i < 2; ++i) {  // warm-up: caches, the watchdog's first batch, the allocator
+    timed(false);
+    timed(true);
+  }
+  std::vector<double> ratios;
+  bool watched_first = false;
+  for (auto _ : state) {
+    double u, w;
+    if (watched_first) {
+      w = timed(true);
+      u = timed(false);
+    } else {
+      u = timed(false);
+      w = timed(true);
+    }
+    watched_first = !watched_first;
+    ratios.push_back(w / u);
+  }
+  if (ratios.empty()) return;
+  std::sort(ratios.begin(), ratios.end());
+  auto quantile = [&](double q) { return ratios[static_cast<size_t>(q * static_cast<double>(ratios.size() - 1) + 0.5)]; };
+  state.counters["ratio"] = quantile(0.5);
+  state.counters["ratio_q1"] = quantile(0.25);
+  state.counters["ratio_q3"] = quantile(0.75);
+}
+
+// The unwatched half: the watchdog's callbacks off on this thread (and so in the backward, which
+// LibTorch runs on it with the thread's callback state, for CPU tensors).
+template <typename F>
+void callbacks_off(F&& run) {
+  at::RecordFunctionGuard off(false);
+  run();
+}
+
+// A model, its input and its optimizer; a training step is forward, pow(2).mean().backward()
+// and an SGD step.
+template <typename Net>
+struct Subject {
+  Subject(Net net, std::vector<int64_t> input_shape, bool training) : model(std::move(net)), sgd(model->parameters(), 1e-4) {
+    torch::manual_seed(0);
+    model->train(training);
+    x = torch::randn(input_shape);
+  }
+  void step() {
+    sgd.zero_grad();
+    model->forward(x).pow(2).mean().backward();
+    sgd.step();
+  }
+  Net model;
+  torch::optim::SGD sgd;
+  torch::Tensor x;
+};
+
+Subject<bench::Encoder> transformer(bool training) {
+  return {bench::Encoder(bench::kLayers, bench::kModel, bench::kHeads, bench::kFeedForward),
+          {bench::kBatch, bench::kSeq, bench::kModel},
+          training};
+}
+Subject<bench::ResNet> conv(bool training) { return {bench::ResNet(), {8, 3, 64, 64}, training}; }
+
+sentinel::Options quiet(std::ostringstream& out) { return sentinel::Options().output(out); }
+
+template <typename Net>
+void paired_forward(benchmark::State& state, Subject<Net>& m) {
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(m.model, quiet(out));
+  run_pairs(
+      state, [&] { callbacks_off([&] { benchmark::DoNotOptimize(m.model->forward(m.x)); }); },
+      [&] { benchmark::DoNotOptimize(debug.forward(m.x)); });
+}
+
+// Training steps: the unwatched one with the callbacks off, the watched one inside a batch.
+void run_step_pairs(benchmark::State& state, sentinel::Watchdog& watch, const std::function<void()>& step) {
+  run_pairs(
+      state, [&] { callbacks_off(step); },
+      [&] {
+        auto batch = watch.batch();
+        step();
+        batch.finish();
+      });
+}
+
+template <typename Net>
+void paired_train_step(benchmark::State& state, Subject<Net>& m) {
+  std::ostringstream out;
+  sentinel::Watchdog watch(m.model.ptr(), quiet(out));
+  run_step_pairs(state, watch, [&] { m.step(); });
+}
+
+void BM_PairedForward(benchmark::State& state) {
+  auto m = transformer(false);
+  paired_forward(state, m);
+}
+void BM_PairedTrainStep(benchmark::State& state) {
+  auto m = transformer(true);
+  paired_train_step(state, m);
+}
+void BM_PairedConvForward(benchmark::State& state) {
+  auto m = conv(false);
+  paired_forward(state, m);
+}
+void BM_PairedConvTrainStep(benchmark::State& state) {
+  auto m = conv(true);
+  paired_train_step(state, m);
+}
+
+void BM_PairedScriptedForward(benchmark::State& state) {
+  auto model = bench::load_scripted(state);
+  if (!model) return;
+  model->eval();
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow<torch::jit::Module> debug(*model, quiet(out));
+  const std::vector<c10::IValue> inputs{bench::scripted_input()};
+  run_pairs(
+      state, [&] { callbacks_off([&] { benchmark::DoNotOptimize(model->forward(inputs)); }); },
+      [&] { benchmark::DoNotOptimize(debug.forward(inputs)); });
+}
+
+void BM_PairedScriptedTrainStep(benchmark::State& state) {
+  auto model = bench::load_scripted(state);
+  if (!model) return;
+  bench::ScriptedStep s(*model);
+  std::ostringstream out;
+  sentinel::Watchdog watch(s.model, quiet(out));
+  run_step_pairs(state, watch, [&] { s.step(); });
+}
+
+// The check of the unwatched half: no watchdog in the process against one attached and switched
+// off on this thread (made and destroyed around its run, outside the timing).
+void BM_PairedNoWatchdog(benchmark::State& state) {
+  auto m = transformer(false);
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  std::optional<sentinel::DebugUnderflowOverflow<bench::Encoder>> debug;
+  run_pairs(
+      state, [&] { benchmark::DoNotOptimize(m.model->forward(m.x)); },
+      [&] { callbacks_off([&] { benchmark::DoNotOptimize(m.model->forward(m.x)); }); },
+      [&](bool attached) {
+        if (attached) {
+          debug.emplace(m.model, quiet(out));
+        } else {
+          debug.reset();
+        }
+      });
+}
+
+}  // namespace
+
+// Three seconds a repetition whatever --benchmark_min_time says: tens of pairs in each.
+BENCHMARK(BM_PairedNoWatchdog)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedForward)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedScriptedForward)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedConvForward)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedScriptedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedConvTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);

@@ -17,7 +17,7 @@
 #include "hf_style.h"
 #include "page_faults.h"
 #include "scripted_model.h"
-#include "second_thread_counters.h"
+#include "reads_beside_counter.h"
 
 namespace {
 
@@ -96,13 +96,13 @@ void BM_ConvUnwatched(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(f.model->forward(f.x));
 }
 
-// `second_thread`: the default; off in *ReadsInline, every read on the op's thread.
-void conv_watched(benchmark::State& state, bool second_thread) {
+// `beside`: Options::read_inputs_beside_ops, on by default; off in *ReadsInline, every read on the op's thread.
+void conv_watched(benchmark::State& state, bool beside) {
   auto& f = conv_fixture(false);
   torch::NoGradGuard no_grad;
   std::ostringstream out;
   sentinel::DebugUnderflowOverflow debug(
-      f.model, sentinel::Options().output(out).read_inputs_beside_ops(second_thread));
+      f.model, sentinel::Options().output(out).read_inputs_beside_ops(beside));
   bench::PageFaults faults(state);
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(f.x));
   bench::count_reads_beside(state, debug.device_counters());
@@ -132,12 +132,12 @@ void BM_ConvTrainStepUnwatched(benchmark::State& state) {
   for (auto _ : state) conv_step(f, sgd);
 }
 
-void conv_train_step_watched(benchmark::State& state, bool second_thread) {
+void conv_train_step_watched(benchmark::State& state, bool beside) {
   auto& f = conv_fixture(true);
   torch::optim::SGD sgd(f.model->parameters(), 1e-4);
   std::ostringstream out;
   sentinel::Watchdog watch(
-      f.model.ptr(), sentinel::Options().output(out).read_inputs_beside_ops(second_thread));
+      f.model.ptr(), sentinel::Options().output(out).read_inputs_beside_ops(beside));
   bench::PageFaults faults(state);
   for (auto _ : state) {
     auto batch = watch.batch();

@@ -21,7 +21,7 @@
 #include "stats/tensor_stats.h"
 #include "hf_style.h"
 #include "page_faults.h"
-#include "second_thread_counters.h"
+#include "reads_beside_counter.h"
 #include "stats_pass_cases.h"
 #include "transformer_model.h"
 
@@ -104,10 +104,10 @@ void BM_TrainStepUnwatched(benchmark::State& state) {
   for (auto _ : state) f.step();
 }
 
-void train_step_watched(benchmark::State& state, bool second_thread) {
+void train_step_watched(benchmark::State& state, bool beside) {
   auto& f = train_fixture();
   std::ostringstream out;
-  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out).read_inputs_beside_ops(second_thread));
+  sentinel::Watchdog watch(f.model.ptr(), sentinel::Options().output(out).read_inputs_beside_ops(beside));
   bench::PageFaults faults(state);
   for (auto _ : state) {
     auto batch = watch.batch();

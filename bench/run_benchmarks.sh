@@ -42,11 +42,11 @@ for name, b in sorted(runs.items()):
     spread = cv.get(name, {}).get("real_time", float("nan"))
     base = base_of(name)
     ratio = b["real_time"] / base["real_time"] if base else float("nan")
-    faults = f"{b['page_faults']:>13.0f}" if "page_faults" in b else ""
+    last = f"{b['page_faults']:>13.0f}" if "page_faults" in b else ""  # the faults/iter column
     if "ratio" in b:  # Paired*: the median of the pairs' ratios (bench/bench_paired.cpp), quartiles after
         ratio = b["ratio"]
-        faults = f"   pairs' quartiles {b['ratio_q1']:.3f}-{b['ratio_q3']:.3f}"
-    print(f"{name[3:]:<36}{b['real_time']:>12.2f} {b['time_unit']:<2}{ratio:>9.3f}{spread:>8.1%}{faults}")
+        last = f"   pairs' quartiles {b['ratio_q1']:.3f}-{b['ratio_q3']:.3f}"
+    print(f"{name[3:]:<36}{b['real_time']:>12.2f} {b['time_unit']:<2}{ratio:>9.3f}{spread:>8.1%}{last}")
 if "BM_StatsPass" in runs and "BM_AtSum" in runs:
     share = runs["BM_AtSum"]["real_time"] / runs["BM_StatsPass"]["real_time"]
     print(f"statistics pass bandwidth / at::sum bandwidth: {share:.1%}")

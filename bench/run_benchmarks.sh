@@ -29,7 +29,7 @@ runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["be
 def base_of(name):
     if name.endswith("HeadView"):  # a view with gaps, against at::sum of the same view
         return runs.get("BM_AtSumHeadView")
-    if name.startswith(("BM_StatsPass", "BM_BlockProbe", "BM_AllFourRecipes", "BM_AtSum")):  # the plain pass, same level
+    if name.startswith(("BM_StatsPass", "BM_CurrentProbe", "BM_BlockProbe", "BM_AllFourRecipes", "BM_AtSum")):  # the plain pass, same level
         level = name[name.rfind("_"):] if name.endswith(("_v3", "_baseline")) else ""
         return runs.get("BM_StatsPass" + level)
     if name.startswith("BM_RankExchange"):  # what the exchange adds to a watched training step

@@ -67,6 +67,16 @@ Oracle expect_matches_oracle(const torch::Tensor& t, float scale, Format format)
   if (o.qq > 0) EXPECT_NEAR(probe.cosine(), o.xq / std::sqrt(o.xx * o.qq), 1e-6);
   else EXPECT_EQ(probe.cosine(), 0.0);  // everything flushed: nothing in common with x
   EXPECT_NEAR(probe.sqnr_db(), 10 * std::log10(o.xx / o.se), 1e-3);
+  // The probe alone (a tensor whose statistics are known) finds the same.
+  Fp8ProbeResult alone;
+  EXPECT_TRUE(sentinel::stats::compute_fp8_probe(t, scale, format, alone));
+  EXPECT_EQ(alone.count, o.count);
+  EXPECT_EQ(alone.overflow, o.overflow);
+  EXPECT_EQ(alone.underflow, o.underflow);
+  EXPECT_NEAR(alone.mse(), o.se / o.count, 1e-4 * o.se / o.count);
+  if (o.qq > 0) EXPECT_NEAR(alone.cosine(), o.xq / std::sqrt(o.xx * o.qq), 1e-6);
+  else EXPECT_EQ(alone.cosine(), 0.0);
+  EXPECT_NEAR(alone.sqnr_db(), 10 * std::log10(o.xx / o.se), 1e-3);
   return o;
 }
 
@@ -129,6 +139,10 @@ TEST(Fp8Probe, TensorsTheStatisticsCannotReadAreNotProbed) {
   Fp8ProbeResult p;
   EXPECT_FALSE(sentinel::stats::compute_with_fp8_probe(torch::tensor({1, 2}), 1.0f, Format::E4M3, s, p));
   EXPECT_FALSE(sentinel::stats::compute_with_fp8_probe(torch::ones({0}), 1.0f, Format::E4M3, s, p));
+  EXPECT_EQ(p.count, 0);
+  EXPECT_FALSE(sentinel::stats::compute_fp8_probe(torch::tensor({1, 2}), 1.0f, Format::E4M3, p));
+  EXPECT_FALSE(sentinel::stats::compute_fp8_probe(torch::ones({0}), 1.0f, Format::E4M3, p));
+  EXPECT_FALSE(sentinel::stats::compute_fp8_probe(torch::ones({2}, torch::kMeta), 1.0f, Format::E4M3, p));
   EXPECT_EQ(p.count, 0);
 }
 

@@ -25,9 +25,8 @@ bool probe_recipe(const at::Tensor& t, const Fp8Options& options, fp8::Role role
                   const TensorStats& stats, RecipeTally& tally) {
   const float amax = recipe_amax(stats.abs_max);
   if (tally.recipe == fp8::ScalingRecipe::Current) {
-    TensorStats again;
     stats::Fp8ProbeResult cast;
-    if (!stats::compute_with_fp8_probe(t, current_scale(options, role, amax), element_of(options, role), again, cast)) {
+    if (!stats::compute_fp8_probe(t, current_scale(options, role, amax), element_of(options, role), cast)) {
       return false;
     }
     tally.result.cast.add(cast);

@@ -66,7 +66,10 @@ struct ProbeVectors {
   typedef double D __attribute__((vector_size(kBytes)));
 };
 
-template <int kBytes>
+// kStats false: the probe alone (its caller has the statistics): no minimum, zeros or subnormals,
+// and an underflow count that leaves zeros out by itself; the lanes' abs max stays (it decides
+// the overflow count and the exact path).
+template <int kBytes, bool kStats>
 __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, int64_t n, float min_normal,
                                                                 const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
                                                                 ProbeSums& out) {
@@ -96,6 +99,9 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
   const V vmin_normal = V{} + min_normal, zero = V{};
   const M abs_mask = M{} + 0x7fffffff;
   const U exp_mask = U{} + 0x7f800000u, offset = U{} + c.magic_offset;
+  // |x|'s bits minus one, compared unsigned: below the threshold's and not zero, in one comparison
+  // (zero wraps to the largest value; underflow_below is never 0).
+  const U below_bits_minus_one = U{} + (fp8::detail::float_to_bits(c.underflow_below) - 1u), one = U{} + 1u;
   V mn = V{} + std::numeric_limits<float>::infinity(), mx = V{};
   M below = M{}, small = M{}, zeros = M{};
   int64_t i = 0;
@@ -108,11 +114,17 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
       xbits &= abs_mask;
       V ax;
       std::memcpy(&ax, &xbits, sizeof ax);
-      mn = ax < mn ? ax : mn;
       mx = ax > mx ? ax : mx;
-      small -= (ax < vmin_normal);  // zeros and subnormals
-      zeros -= (ax == zero);
-      below -= (ax < vbelow);
+      if constexpr (kStats) {
+        mn = ax < mn ? ax : mn;
+        small -= (ax < vmin_normal);  // zeros and subnormals
+        zeros -= (ax == zero);
+        below -= (ax < vbelow);
+      } else {
+        U ubits;
+        std::memcpy(&ubits, &xbits, sizeof ubits);
+        below -= ((ubits - one) < below_bits_minus_one);
+      }
       const V a = ax * vscale;
       V q0;
       fp8_round_lanes(a, exp_mask, offset, vfloor, q0);
@@ -134,11 +146,15 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
   const bool finite = std::isfinite(out.sum_sq_error + out.sum_a_q + out.sum_q_sq);
   AbsStatsAccumulator<float> lanes(std::numeric_limits<float>::infinity());
   for (int l = 0; l < L; ++l) {
-    lanes.abs_min = mn[l] < lanes.abs_min ? mn[l] : lanes.abs_min;
     lanes.abs_max = mx[l] > lanes.abs_max ? mx[l] : lanes.abs_max;
-    lanes.zeros += static_cast<uint32_t>(zeros[l]);
-    lanes.subnormal += static_cast<uint32_t>(small[l] - zeros[l]);
-    out.underflow += static_cast<uint32_t>(below[l] - zeros[l]);  // the lanes' below includes zeros
+    if constexpr (kStats) {
+      lanes.abs_min = mn[l] < lanes.abs_min ? mn[l] : lanes.abs_min;
+      lanes.zeros += static_cast<uint32_t>(zeros[l]);
+      lanes.subnormal += static_cast<uint32_t>(small[l] - zeros[l]);
+      out.underflow += static_cast<uint32_t>(below[l] - zeros[l]);  // the lanes' below includes zeros
+    } else {
+      out.underflow += static_cast<uint32_t>(below[l]);
+    }
   }
   Fp8ProbeAccumulator<double> tail;
   for (; i < n; ++i) {
@@ -154,29 +170,33 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
   return true;
 }
 
-// One variant per level (simd_level.h), each the same body in its instruction set.
+// One variant per level (simd_level.h) and mode, each the same body in its instruction set.
+template <bool kStats>
 __attribute__((target("arch=x86-64-v4"), noinline)) bool stats_and_probe_v4(const float* p, int64_t n, float min_normal,
                                                                             const Fp8ProbeParams& c,
                                                                             AbsStatsAccumulator<float>& acc, ProbeSums& out) {
-  return stats_and_probe_body<64>(p, n, min_normal, c, acc, out);
+  return stats_and_probe_body<64, kStats>(p, n, min_normal, c, acc, out);
 }
+template <bool kStats>
 __attribute__((target("arch=x86-64-v3"), noinline)) bool stats_and_probe_v3(const float* p, int64_t n, float min_normal,
                                                                             const Fp8ProbeParams& c,
                                                                             AbsStatsAccumulator<float>& acc, ProbeSums& out) {
-  return stats_and_probe_body<32>(p, n, min_normal, c, acc, out);
+  return stats_and_probe_body<32, kStats>(p, n, min_normal, c, acc, out);
 }
+template <bool kStats>
 __attribute__((noinline)) bool stats_and_probe_baseline(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c,
                                                         AbsStatsAccumulator<float>& acc, ProbeSums& out) {
-  return stats_and_probe_body<16>(p, n, min_normal, c, acc, out);
+  return stats_and_probe_body<16, kStats>(p, n, min_normal, c, acc, out);
 }
+template <bool kStats>
 bool stats_and_probe_lanes(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c,
                            AbsStatsAccumulator<float>& acc, ProbeSums& out) {
   switch (simd_level()) {
-    case SimdLevel::V4: return stats_and_probe_v4(p, n, min_normal, c, acc, out);
-    case SimdLevel::V3: return stats_and_probe_v3(p, n, min_normal, c, acc, out);
+    case SimdLevel::V4: return stats_and_probe_v4<kStats>(p, n, min_normal, c, acc, out);
+    case SimdLevel::V3: return stats_and_probe_v3<kStats>(p, n, min_normal, c, acc, out);
     case SimdLevel::Baseline: break;
   }
-  return stats_and_probe_baseline(p, n, min_normal, c, acc, out);
+  return stats_and_probe_baseline<kStats>(p, n, min_normal, c, acc, out);
 }
 
 // Elements above the overflow threshold: a second look, only at chunks whose abs max is above it.
@@ -195,22 +215,23 @@ uint32_t count_above(const float* p, int64_t n, float threshold) {
   return simd_level() >= SimdLevel::V3 ? count_above_v3(p, n, threshold) : count_above_baseline(p, n, threshold);
 }
 
-// Statistics and probe of one chunk of float values: the fused loop, or, for the rare chunk it
-// declines, the statistics' own kernel and the probe's scalar accumulator in double.
+// Statistics (kStats) and probe of one chunk of float values: the fused loop, or, for the rare
+// chunk it declines, the statistics' own kernel and the probe's scalar accumulator in double.
+template <bool kStats>
 void float_chunk(const float* p, int64_t n, float min_normal, const Fp8ProbeParams& c, AbsStatsAccumulator<float>& acc,
                  Fp8ProbeResult& r) {
   ProbeSums sums;
   AbsStatsAccumulator<float> lanes(std::numeric_limits<float>::infinity());
-  if (stats_and_probe_lanes(p, n, min_normal, c, lanes, sums) &&
+  if (stats_and_probe_lanes<kStats>(p, n, min_normal, c, lanes, sums) &&
       !(static_cast<double>(lanes.abs_max) * c.scale < kTinyForFloatSums)) {
-    acc.combine(lanes);
+    if constexpr (kStats) acc.combine(lanes);
     r.count += n;
     r.underflow += sums.underflow;
     if (lanes.abs_max > c.overflow_above) r.overflow += count_above(p, n, c.overflow_above);
     r.add_scaled_sums(sums.sum_sq_error, sums.sum_a_q, sums.sum_q_sq, c.scale);
     return;
   }
-  reduce_contiguous<float>(p, n, min_normal, acc);
+  if constexpr (kStats) reduce_contiguous<float>(p, n, min_normal, acc);
   Fp8ProbeAccumulator<double> exact;
   for (int64_t i = 0; i < n; ++i) exact.reduce(p[i], c);
   r.count += exact.count;
@@ -224,11 +245,11 @@ void float_chunk(const float* p, int64_t n, float min_normal, const Fp8ProbePara
 template <typename T>
 void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, TensorStats& stats,
                Fp8ProbeResult& probe, MomentsAccumulator* moments) {
-  float buffer[kChunk];
-  for (int64_t start = 0; start < n; start += kChunk) {
-    const int64_t len = std::min(kChunk, n - start);
-    const T* q = p + start * stride;
-    if constexpr (std::is_same_v<T, double>) {
+  if constexpr (std::is_same_v<T, double>) {
+    float buffer[kChunk];
+    for (int64_t start = 0; start < n; start += kChunk) {
+      const int64_t len = std::min(kChunk, n - start);
+      const double* q = p + start * stride;
       AbsStatsAccumulator<double> acc(std::numeric_limits<double>::infinity());
       for (int64_t i = 0; i < len; ++i) buffer[i] = static_cast<float>(q[i * stride]);
       if (stride == 1) {
@@ -245,21 +266,44 @@ void fused_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, T
         }
       }
       AbsStatsAccumulator<float> narrowed(std::numeric_limits<float>::infinity());
-      float_chunk(buffer, len, std::numeric_limits<float>::min(), c, narrowed, probe);
-    } else {
-      const float* values = buffer;
-      if constexpr (std::is_same_v<T, float>) {
-        if (stride == 1) values = q;
-      }
-      if (values == buffer) {
-        for (int64_t i = 0; i < len; ++i) buffer[i] = Widen<T>::get(q[i * stride]);
-      }
+      float_chunk<true>(buffer, len, std::numeric_limits<float>::min(), c, narrowed, probe);
+    }
+  } else {
+    for_each_chunk_as<float, kChunk>(p, n, stride, [&](const float* values, int64_t len) {
       AbsStatsAccumulator<float> acc(std::numeric_limits<float>::infinity());
-      float_chunk(values, len, static_cast<float>(smallest_normal<T>()), c, acc, probe);
+      float_chunk<true>(values, len, static_cast<float>(smallest_normal<T>()), c, acc, probe);
       acc.project(len, stats);
       if (moments) moments_chunk(values, len, *moments);  // the chunk is still in cache
-    }
+    });
   }
+}
+
+// The probe alone over one run, read in chunks as fused_run reads them (other dtypes as floats,
+// as the cast sees them).
+template <typename T>
+void probe_run(const T* p, int64_t n, int64_t stride, const Fp8ProbeParams& c, Fp8ProbeResult& probe) {
+  AbsStatsAccumulator<float> unused(std::numeric_limits<float>::infinity());
+  for_each_chunk_as<float, kChunk>(p, n, stride, [&](const float* values, int64_t len) {
+    float_chunk<false>(values, len, std::numeric_limits<float>::min(), c, unused, probe);
+  });
+}
+
+// Calls run(p, n, stride) with `t`'s element type for each run of a floating tensor.
+template <typename F>
+void for_each_floating_run(const at::Tensor& t, F&& run) {
+  switch (t.scalar_type()) {
+    case c10::kFloat: for_each_run<float>(t, run); break;
+    case c10::kDouble: for_each_run<double>(t, run); break;
+    case c10::kHalf: for_each_run<c10::Half>(t, run); break;
+    default: for_each_run<c10::BFloat16>(t, run); break;
+  }
+}
+
+// Whether the probe reads `t`: a floating tensor the statistics pass would read.
+bool probed(const at::Tensor& t) {
+  const auto dtype = t.defined() ? t.scalar_type() : c10::kFloat;
+  const bool floating = dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16;
+  return floating && compute_readability(t) == Readability::Read;
 }
 
 // Probes of one slot run with the same scale until its history moves: the thresholds' searches
@@ -287,9 +331,7 @@ float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& ov
 bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, TensorStats& stats,
                             Fp8ProbeResult& probe, Readability* readability, MomentsAccumulator* moments) {
   probe = Fp8ProbeResult{};
-  const auto dtype = t.defined() ? t.scalar_type() : c10::kFloat;
-  const bool floating = dtype == c10::kFloat || dtype == c10::kDouble || dtype == c10::kHalf || dtype == c10::kBFloat16;
-  if (!floating || compute_readability(t) != Readability::Read) {
+  if (!probed(t)) {
     const Readability r = compute(t, stats);
     if (readability) *readability = r;
     return false;
@@ -297,22 +339,15 @@ bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format
   if (readability) *readability = Readability::Read;
   stats = TensorStats{};
   const Fp8ProbeParams c = cached_params(scale, format);
-  switch (dtype) {
-    case c10::kFloat:
-      for_each_run<float>(t, [&](const float* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
-      break;
-    case c10::kDouble:
-      for_each_run<double>(t, [&](const double* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
-      break;
-    case c10::kHalf:
-      for_each_run<c10::Half>(t, [&](const c10::Half* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
-      break;
-    default:
-      for_each_run<c10::BFloat16>(t, [&](const c10::BFloat16* p, int64_t n, int64_t s) {
-        fused_run(p, n, s, c, stats, probe, moments);
-      });
-      break;
-  }
+  for_each_floating_run(t, [&](const auto* p, int64_t n, int64_t s) { fused_run(p, n, s, c, stats, probe, moments); });
+  return true;
+}
+
+bool compute_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, Fp8ProbeResult& probe) {
+  probe = Fp8ProbeResult{};
+  if (!probed(t)) return false;
+  const Fp8ProbeParams c = cached_params(scale, format);
+  for_each_floating_run(t, [&](const auto* p, int64_t n, int64_t s) { probe_run(p, n, s, c, probe); });
   return true;
 }
 

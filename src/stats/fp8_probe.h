@@ -26,6 +26,10 @@ bool compute_with_fp8_probe(const at::Tensor& t, float scale, fp8::Format format
                             Fp8ProbeResult& probe, Readability* readability = nullptr,
                             MomentsAccumulator* moments = nullptr);
 
+// The probe alone, for a tensor whose statistics are already known (current scaling's second
+// read): the same result as compute_with_fp8_probe's `probe`, without the statistics' work.
+bool compute_fp8_probe(const at::Tensor& t, float scale, fp8::Format format, Fp8ProbeResult& probe);
+
 // Scalar reference of one element's cast, as the vector kernel computes it (exposed for tests).
 float fp8_quantize_dequantize(float x, float scale, fp8::Format format, bool& overflow);
 

@@ -42,6 +42,26 @@ struct Widen<c10::BFloat16> {
   }
 };
 
+// Calls chunk(values, len) for the elements of a run (n of them, `stride` apart) in chunks of at
+// most kChunkLen: in place when they are already dense acc_t, else widened (or narrowed) into a
+// buffer on the stack, so that each chunk is read from memory once and then from cache.
+template <typename acc_t, int64_t kChunkLen, typename T, typename Chunk>
+void for_each_chunk_as(const T* p, int64_t n, int64_t stride, Chunk&& chunk) {
+  acc_t buffer[kChunkLen];
+  for (int64_t start = 0; start < n; start += kChunkLen) {
+    const int64_t len = std::min(kChunkLen, n - start);
+    const T* q = p + start * stride;
+    const acc_t* values = buffer;
+    if constexpr (std::is_same_v<T, acc_t>) {
+      if (stride == 1) values = q;
+    }
+    if (values == buffer) {
+      for (int64_t i = 0; i < len; ++i) buffer[i] = static_cast<acc_t>(Widen<T>::get(q[i * stride]));
+    }
+    chunk(values, len);
+  }
+}
+
 template <typename T>
 constexpr double smallest_normal() {
   if constexpr (std::is_same_v<T, c10::Half>) return 6.103515625e-05;  // 2^-14

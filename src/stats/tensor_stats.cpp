@@ -143,23 +143,12 @@ void moments_span(const T* p, int64_t n, int64_t stride, TensorStats& out, Momen
   using acc_t = typename Widen<T>::acc_t;
   const acc_t inf = std::numeric_limits<acc_t>::infinity();
   const acc_t min_normal = static_cast<acc_t>(smallest_normal<T>());
-  constexpr int64_t kChunk = 4096;
-  acc_t buffer[kChunk];
-  for (int64_t start = 0; start < n; start += kChunk) {
-    const int64_t len = std::min(kChunk, n - start);
-    const T* q = p + start * stride;
-    const acc_t* values = buffer;
-    if constexpr (std::is_same_v<T, acc_t>) {
-      if (stride == 1) values = q;
-    }
-    if (values == buffer) {
-      for (int64_t i = 0; i < len; ++i) buffer[i] = Widen<T>::get(q[i * stride]);
-    }
+  for_each_chunk_as<acc_t, 4096>(p, n, stride, [&](const acc_t* values, int64_t len) {
     AbsStatsAccumulator<acc_t> acc(inf);
     reduce_contiguous<acc_t>(values, len, min_normal, acc);
     acc.project(len, out);
     moments_chunk(values, len, moments);
-  }
+  });
 }
 
 }  // namespace

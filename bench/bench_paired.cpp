@@ -21,6 +21,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bare_reads.h"
 #include "conv_model.h"
 #include "scripted_model.h"
 #include "transformer_model.h"
@@ -113,6 +114,27 @@ void paired_forward(benchmark::State& state, Subject<Net>& m) {
       [&] { benchmark::DoNotOptimize(debug.forward(m.x)); });
 }
 
+// The floor: the same forward with only a bare callback that reads each op's tensors once
+// (bench/bare_reads.h) against unwatched. Counters: `MB_read`, what it read per forward, and
+// `read_GBps`, how fast, timed inside the callback (the model's own tensors, where they are).
+template <typename Net>
+void paired_bare_reads(benchmark::State& state, Subject<Net>& m) {
+  torch::NoGradGuard no_grad;
+  bench::BareReads reads;
+  int64_t forwards = 0;
+  run_pairs(
+      state, [&] { callbacks_off([&] { benchmark::DoNotOptimize(m.model->forward(m.x)); }); },
+      [&] {
+        reads.begin();
+        benchmark::DoNotOptimize(m.model->forward(m.x));
+        reads.end();
+        ++forwards;
+      });
+  const auto [bytes, seconds] = reads.take_bytes_and_seconds();
+  if (forwards > 0) state.counters["MB_read"] = bytes / static_cast<double>(forwards) / 1e6;
+  if (seconds > 0) state.counters["read_GBps"] = bytes / seconds / 1e9;
+}
+
 // Training steps: the unwatched one with the callbacks off, the watched one inside a batch.
 void run_step_pairs(benchmark::State& state, sentinel::Watchdog& watch, const std::function<void()>& step) {
   run_pairs(
@@ -146,6 +168,15 @@ void BM_PairedConvForward(benchmark::State& state) {
 void BM_PairedConvTrainStep(benchmark::State& state) {
   auto m = conv(true);
   paired_train_step(state, m);
+}
+
+void BM_PairedBareReads(benchmark::State& state) {
+  auto m = transformer(false);
+  paired_bare_reads(state, m);
+}
+void BM_PairedConvBareReads(benchmark::State& state) {
+  auto m = conv(false);
+  paired_bare_reads(state, m);
 }
 
 void BM_PairedScriptedForward(benchmark::State& state) {
@@ -194,8 +225,10 @@ void BM_PairedNoWatchdog(benchmark::State& state) {
 // Three seconds a repetition whatever --benchmark_min_time says: tens of pairs in each.
 BENCHMARK(BM_PairedNoWatchdog)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedForward)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedBareReads)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedScriptedForward)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedConvForward)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedConvBareReads)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedScriptedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedConvTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);

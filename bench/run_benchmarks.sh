@@ -46,6 +46,8 @@ for name, b in sorted(runs.items()):
     if "ratio" in b:  # Paired*: the median of the pairs' ratios (bench/bench_paired.cpp), quartiles after
         ratio = b["ratio"]
         last = f"   pairs' quartiles {b['ratio_q1']:.3f}-{b['ratio_q3']:.3f}"
+    if "MB_read" in b:  # Paired*BareReads: what the bare reads read per forward, and how fast
+        last += f", {b['MB_read']:.0f} MB read at {b.get('read_GBps', float('nan')):.0f} GB/s"
     print(f"{name[3:]:<36}{b['real_time']:>12.2f} {b['time_unit']:<2}{ratio:>9.3f}{spread:>8.1%}{last}")
 if "BM_StatsPass" in runs and "BM_AtSum" in runs:
     share = runs["BM_AtSum"]["real_time"] / runs["BM_StatsPass"]["real_time"]

@@ -104,11 +104,12 @@ Subject<bench::ResNet> conv(bool training) { return {bench::ResNet(), {8, 3, 64,
 
 sentinel::Options quiet(std::ostringstream& out) { return sentinel::Options().output(out); }
 
+// reuse_parameters: Options::reuse_unchanged_parameter_reads (opt-in).
 template <typename Net>
-void paired_forward(benchmark::State& state, Subject<Net>& m) {
+void paired_forward(benchmark::State& state, Subject<Net>& m, bool reuse_parameters = false) {
   torch::NoGradGuard no_grad;
   std::ostringstream out;
-  sentinel::DebugUnderflowOverflow debug(m.model, quiet(out));
+  sentinel::DebugUnderflowOverflow debug(m.model, quiet(out).reuse_unchanged_parameter_reads(reuse_parameters));
   run_pairs(
       state, [&] { callbacks_off([&] { benchmark::DoNotOptimize(m.model->forward(m.x)); }); },
       [&] { benchmark::DoNotOptimize(debug.forward(m.x)); });
@@ -156,6 +157,10 @@ void paired_train_step(benchmark::State& state, Subject<Net>& m) {
 void BM_PairedForward(benchmark::State& state) {
   auto m = transformer(false);
   paired_forward(state, m);
+}
+void BM_PairedForwardReusingParameters(benchmark::State& state) {
+  auto m = transformer(false);
+  paired_forward(state, m, true);
 }
 void BM_PairedTrainStep(benchmark::State& state) {
   auto m = transformer(true);
@@ -225,6 +230,7 @@ void BM_PairedNoWatchdog(benchmark::State& state) {
 // Three seconds a repetition whatever --benchmark_min_time says: tens of pairs in each.
 BENCHMARK(BM_PairedNoWatchdog)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedForward)->Unit(benchmark::kMillisecond)->MinTime(3);
+BENCHMARK(BM_PairedForwardReusingParameters)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedBareReads)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedScriptedForward)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedConvForward)->Unit(benchmark::kMillisecond)->MinTime(3);

@@ -182,6 +182,12 @@ class Options {
   // thread while the op runs; the op's end waits for them, so frames, detection and call stacks
   // are unchanged. false: every read on the op's own thread.
   SENTINEL_OPTION(bool, read_inputs_beside_ops, true);
+  // Opt-in, for models whose parameters stay put (inference, serving): a parameter's numbers are
+  // kept from one batch to the next and reused while its storage, data pointer and version
+  // counter are unchanged, instead of reading it again. Not exact: a write LibTorch does not
+  // count (through .data(), data_ptr(), from_blob memory written by other code) leaves the
+  // version counter as it was, and that parameter's numbers would then be stale.
+  SENTINEL_OPTION(bool, reuse_unchanged_parameter_reads, false);
   // false: CUDA tensors are skipped and labelled "not on cpu", as on a build without CUDA.
   SENTINEL_OPTION(bool, watch_cuda, true);
   SENTINEL_OPTION(RankOptions, ranks, RankOptions());

@@ -135,7 +135,7 @@ void read_sentinel(const YamlReader& r, const Field& field, Options& o) {
   const std::vector<Field> entries =
       r.entries(field, {"max_frames_to_save", "trace_batch_nums", "abort_after_batch_num", "action", "report_dir",
                         "skip_view_ops", "headroom", "device_readback_frames", "device_sync_each_op", "watch_cuda",
-                        "read_inputs_beside_ops",
+                        "read_inputs_beside_ops", "reuse_unchanged_parameter_reads",
                         "log_dir", "loggers", "fp8", "ranks", "save_tensor"});
   // Upper bounds are left to Options::validate(), the one place that knows them.
   for (const Field& e : entries) {
@@ -166,6 +166,8 @@ void read_sentinel(const YamlReader& r, const Field& field, Options& o) {
       o.watch_cuda(r.boolean(e));
     } else if (e.key == "read_inputs_beside_ops") {
       o.read_inputs_beside_ops(r.boolean(e));
+    } else if (e.key == "reuse_unchanged_parameter_reads") {
+      o.reuse_unchanged_parameter_reads(r.boolean(e));
     } else if (e.key == "log_dir") {
       o.log_dir(r.string(e));
     } else if (e.key == "loggers") {

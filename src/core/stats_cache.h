@@ -12,7 +12,7 @@
 //  - the version counter (shared by a tensor and its views, bumped by every in-place or out= op)
 //    and the data pointer must be unchanged.
 // Inference tensors (no version counter) and gapped views are read every time. Cleared at each
-// batch start and end.
+// batch start and end (but for the parameters' entries, if the user asks to keep them).
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
 
@@ -53,6 +53,20 @@ class StatsCache {
     if (cacheable(t) && version_of(t) == version) insert(t, version, stats, r);
   }
   void clear() { entries_.clear(); }
+  // Drops every entry except those of the tensors tensor_of(item) for the items of `keep`
+  // (parameters kept across batches, Options::reuse_unchanged_parameter_reads). A kept entry is
+  // still checked against the tensor's data pointer and version counter when it is looked up.
+  template <typename Range, typename TensorOf>
+  void clear_except(const Range& keep, TensorOf tensor_of) {
+    std::unordered_map<Key, Entry, KeyHash> kept;
+    for (const auto& item : keep) {
+      const at::Tensor& t = tensor_of(item);
+      if (!cacheable(t)) continue;
+      auto it = entries_.find(key_of(t));
+      if (it != entries_.end()) kept.insert(*it);
+    }
+    entries_.swap(kept);
+  }
   size_t hits() const { return hits_; }
 
  private:

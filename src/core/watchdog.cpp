@@ -94,7 +94,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   if (stopped) return;
   close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
-  stats_cache.clear();
+  clear_stats_cache_locked();
   core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
   backward_in_batch = false;
@@ -107,11 +107,19 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   }
 }
 
+void Watchdog::Impl::clear_stats_cache_locked() {
+  if (opts.reuse_unchanged_parameter_reads() && index) {
+    stats_cache.clear_except(index->params(), [](const auto& param) -> const at::Tensor& { return param.first; });
+  } else {
+    stats_cache.clear();
+  }
+}
+
 void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // the batch's deferred frames: detection before the batch is over
   snapshot_trace_locked();
   const int64_t finished = batches.current();
-  stats_cache.clear();  // releases the weak references
+  clear_stats_cache_locked();  // releases the weak references
   // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
   // after the backward (check_parameter_gradients) or when the next batch begins.
   if (forward_ops.empty()) close_fp8_step_locked();

@@ -120,7 +120,7 @@ struct Watchdog::Impl final : capture::Session {
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
-  core::StatsCache stats_cache;   // tensors already read in this batch
+  core::StatsCache stats_cache;   // tensors already read in this batch (and kept parameters)
   core::Fp8Monitor fp8;
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
   std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
@@ -174,6 +174,9 @@ struct Watchdog::Impl final : capture::Session {
   uint32_t scope_place(capture::ThreadState& ts);
   void begin_batch_locked(std::unique_lock<std::mutex>& lock);
   void end_batch_locked(std::unique_lock<std::mutex>& lock);
+  // Between batches: empties the statistics cache, or keeps the parameters' entries
+  // (Options::reuse_unchanged_parameter_reads).
+  void clear_stats_cache_locked();
   // `f`: the frame that tripped, when known (its op's arguments may be dumped).
   void trip(std::unique_lock<std::mutex>& lock, const core::FrameRecord* f = nullptr);
   // Options::dumps.on_detection: the op now ending, if `f` is its frame; "" or the directory.

@@ -39,6 +39,7 @@ const char* kFullConfig = R"(sentinel:
   device_sync_each_op: true
   watch_cuda: false
   read_inputs_beside_ops: false
+  reuse_unchanged_parameter_reads: true
   log_dir: logs
   loggers: [jsonl, tensorboard]
   fp8:
@@ -87,6 +88,8 @@ TEST_F(ConfigTest, EveryWatchdogOptionRoundTrips) {
   EXPECT_FALSE(o.watch_cuda());
   EXPECT_FALSE(o.read_inputs_beside_ops());
   EXPECT_TRUE(d.read_inputs_beside_ops());
+  EXPECT_TRUE(o.reuse_unchanged_parameter_reads());
+  EXPECT_FALSE(d.reuse_unchanged_parameter_reads());
   EXPECT_EQ(o.log_dir(), "logs");
   EXPECT_EQ(o.loggers(), (std::vector<std::string>{"jsonl", "tensorboard"}));
   EXPECT_NE(d.loggers(), o.loggers());

@@ -2,8 +2,8 @@
 // once unwatched and once watched, back to back, in alternating order, and keeps the ratio of the
 // two. The medians of the other cases compare repetitions half a second or more apart, and on a
 // virtual machine the speed drifts by several percent over seconds; a pair is over in a tenth of
-// a second (a forward) to a third of one (a training step), so drift mostly cancels within it. Counters: `ratio`, the median of the pairs' ratios, and
-// `ratio_q1`, `ratio_q3`, their quartiles.
+// a second (a forward) to a third of one (a training step), so drift mostly cancels within it.
+// Counters: `ratio`, the median of the pairs' ratios, and `ratio_q1`, `ratio_q3`, their quartiles.
 //
 // The watchdog stays attached throughout; the unwatched run turns LibTorch's op callbacks off on
 // its thread (at::RecordFunctionGuard), so none of the watchdog's code runs in it.

@@ -105,43 +105,55 @@ TEST(StatsCache, WatchdogSeesInPlaceDamageBetweenOps) {
 }
 
 // Options::reuse_unchanged_parameter_reads: the Linear's weight in batch 1 as its frame shows it
-// (abs max), `change` having run on the model between batch 0 and batch 1.
-double weight_abs_max_in_second_batch(bool reuse, const std::function<void(torch::nn::Linear&)>& change) {
+// (abs max), `change` having run on the model between batch 0 and batch 1, and torch's own
+// abs().max() of the weight of batch 1 (the oracle) and of batch 0.
+struct WeightAbsMax {
+  double shown = -1, batch1 = -1, batch0 = -1;
+};
+WeightAbsMax weight_abs_max_in_second_batch(bool reuse, const std::function<void(torch::nn::Linear&)>& change) {
   torch::manual_seed(0);
   torch::nn::Linear model(4, 3);
   torch::NoGradGuard no_grad;
   const auto x = torch::randn({2, 4});
   std::ostringstream out;
   sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).reuse_unchanged_parameter_reads(reuse));
+  WeightAbsMax w;
   for (int batch = 0; batch < 2; ++batch) {
     if (batch == 1) change(model);
+    (batch == 0 ? w.batch0 : w.batch1) = model->weight.abs().max().item<double>();
     auto guard = watch.batch();
     model->forward(x);
     guard.finish();
   }
-  double found = -1;
   for (const auto& frame : watch.saved_frames()) {
     if (frame.batch_number != 1) continue;
     for (const auto& e : frame.entries) {
-      if (e.label == "weight") found = e.stats.abs_max;
+      if (e.label == "weight") w.shown = e.stats.abs_max;
     }
   }
-  return found;
+  return w;
 }
 
 TEST(StatsCache, KeptParameterReadsAreReusedOnlyWhenAskedAndOnlyWhileTheVersionHolds) {
-  const double before = weight_abs_max_in_second_batch(false, [](torch::nn::Linear&) {});
-  ASSERT_GT(before, 0.0);
-  EXPECT_EQ(weight_abs_max_in_second_batch(true, [](torch::nn::Linear&) {}), before);
-  // An in-place op bumps the version counter: the kept numbers are dropped and the weight read.
-  auto doubled = [](torch::nn::Linear& m) { m->weight.mul_(2); };
-  EXPECT_EQ(weight_abs_max_in_second_batch(false, doubled), 2 * before);
-  EXPECT_EQ(weight_abs_max_in_second_batch(true, doubled), 2 * before);
+  for (bool reuse : {false, true}) {
+    SCOPED_TRACE(reuse ? "reuse" : "default");
+    const WeightAbsMax same = weight_abs_max_in_second_batch(reuse, [](torch::nn::Linear&) {});
+    ASSERT_GT(same.batch1, 0.0);
+    EXPECT_EQ(same.shown, same.batch1);
+    // An in-place op bumps the version counter: kept numbers are dropped and the weight read.
+    const WeightAbsMax doubled = weight_abs_max_in_second_batch(reuse, [](torch::nn::Linear& m) { m->weight.mul_(2); });
+    EXPECT_EQ(doubled.batch1, 2 * doubled.batch0);
+    EXPECT_EQ(doubled.shown, doubled.batch1);
+  }
   // A write LibTorch does not count: the default reads the weight again and sees it; the opt-in
   // keeps the numbers of batch 0 (the documented price of the option).
   auto written = [](torch::nn::Linear& m) { m->weight.data_ptr<float>()[0] = 100.0f; };
-  EXPECT_EQ(weight_abs_max_in_second_batch(false, written), 100.0);
-  EXPECT_EQ(weight_abs_max_in_second_batch(true, written), before);
+  const WeightAbsMax exact = weight_abs_max_in_second_batch(false, written);
+  EXPECT_EQ(exact.batch1, 100.0);
+  EXPECT_EQ(exact.shown, exact.batch1);
+  const WeightAbsMax kept = weight_abs_max_in_second_batch(true, written);
+  EXPECT_EQ(kept.batch1, 100.0);
+  EXPECT_EQ(kept.shown, kept.batch0);
 }
 
 }  // namespace

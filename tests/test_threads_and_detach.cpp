@@ -6,8 +6,6 @@
 #include <ATen/record_function.h>
 #include <sentinel/sentinel.h>
 
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +20,7 @@
 #include "overlap/spare_core.h"
 #include "stats/tensor_stats.h"
 #include "support/compute_threads.h"
+#include "support/forked_child.h"
 #include "support/test_models.h"
 
 namespace {
@@ -241,52 +240,80 @@ def forward(self, x):
   EXPECT_NO_THROW(model.forward({torch::ones({2, 2})}));  // this thread's reference has expired
 }
 
-// fork() copies only the forking thread. A child of a process whose second thread was reading
-// must still finish those reads (on its own thread) and destroy the reader without waiting for
-// a thread it does not have.
-TEST(ReadsBesideOps, AForkedChildFinishesTheReadsItsParentHadStartedAndNeverWaits) {
-  const at::Tensor t = at::randn({1024, 1024});
+// fork() copies only the forking thread. A child of a process whose second thread was reading,
+// or was waiting for work, must still read (on its own thread) and destroy the reader without
+// waiting for a thread it does not have: neither on that thread's mutex, nor on the condition
+// variable it was waiting on, nor to join it.
+namespace fork_check {
+
+bool same_as_compute(const sentinel::TensorStats& s, const at::Tensor& t) {
   sentinel::TensorStats want;
   sentinel::stats::compute(t, want);
-  auto same = [&](const sentinel::TensorStats& s) {
-    return s.count == want.count && s.abs_min == want.abs_min && s.abs_max == want.abs_max && s.zeros == want.zeros;
+  return s.count == want.count && s.abs_min == want.abs_min && s.abs_max == want.abs_max && s.zeros == want.zeros;
+}
+
+// In the child: collects what the parent had posted (as the watchdog does, reading again what
+// failed), reads once more on the child's own thread, destroys the reader, and exits with 0 only
+// if every read equals the tensor's statistics.
+[[noreturn]] void child(std::unique_ptr<sentinel::overlap::SideReader> reader, const void* parent_owner,
+                        int parent_reads, const at::Tensor& t) {
+  const int child_owner = 0;
+  int good = 0;
+  auto check = [&](const sentinel::overlap::SideReader::Read& r) {
+    sentinel::TensorStats s = r.stats;
+    if (r.failed) sentinel::stats::compute(r.tensor, s);
+    good += same_as_compute(s, t);
   };
+  reader->collect(parent_owner, check);
+  reader->post(&child_owner, t, 0, 0);
+  reader->start(&child_owner);
+  reader->collect(&child_owner, check);
+  reader.reset();
+  _exit(good == parent_reads + 1 ? 0 : 1);
+}
+
+}  // namespace fork_check
+
+// Forks while the second thread reads, or has just been woken to read: repeated, as which of the
+// two it is at the fork is up to the scheduler.
+TEST(ReadsBesideOps, AForkedChildFinishesTheReadsItsParentHadStartedAndNeverWaits) {
+  const at::Tensor t = at::randn({1024, 1024});
   auto reader = std::make_unique<sentinel::overlap::SideReader>();
-  const int owner = 0, child_owner = 0;
-  for (int i = 0; i < sentinel::overlap::SideReader::kMaxReads; ++i) reader->post(&owner, t, 0, i);
+  const int owner = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < sentinel::overlap::SideReader::kMaxReads; ++i) reader->post(&owner, t, 0, i);
+    reader->start(&owner);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0) fork_check::child(std::move(reader), &owner, sentinel::overlap::SideReader::kMaxReads, t);
+    int good = 0;
+    reader->collect(&owner, [&](const sentinel::overlap::SideReader::Read& r) {
+      good += !r.failed && fork_check::same_as_compute(r.stats, t);
+    });
+    EXPECT_EQ(good, sentinel::overlap::SideReader::kMaxReads);
+    expect_child_exits_with_zero(pid, "the forked child's reads differ from the statistics of the tensor");
+    if (HasFailure()) return;
+  }
+}
+
+// Forks while the second thread sleeps, waiting for work: the usual state between ops.
+TEST(ReadsBesideOps, AForkedChildOfAProcessWhoseReaderWaitsForWorkReadsAndDestroysIt) {
+  const at::Tensor t = at::randn({1024, 1024});
+  auto reader = std::make_unique<sentinel::overlap::SideReader>();
+  const int owner = 0;
+  reader->post(&owner, t, 0, 0);
   reader->start(&owner);
+  int good = 0;
+  reader->collect(&owner, [&](const sentinel::overlap::SideReader::Read& r) {
+    good += fork_check::same_as_compute(r.failed ? sentinel::TensorStats{} : r.stats, t);
+  });
+  EXPECT_EQ(good, 1);
+  // Not a timing: whether or not the thread is asleep by then, the child must work.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const pid_t pid = fork();
   ASSERT_GE(pid, 0) << "fork failed";
-  if (pid == 0) {  // the child: no gtest assertions here, its exit status is the verdict
-    int good = 0;
-    auto check = [&](const sentinel::overlap::SideReader::Read& r) {
-      sentinel::TensorStats s = r.stats;
-      if (r.failed) sentinel::stats::compute(r.tensor, s);  // as the watchdog does
-      good += same(s);
-    };
-    reader->collect(&owner, check);
-    reader->post(&child_owner, t, 0, 0);  // read on the child's own thread
-    reader->start(&child_owner);
-    reader->collect(&child_owner, check);
-    reader.reset();
-    _exit(good == sentinel::overlap::SideReader::kMaxReads + 1 ? 0 : 1);
-  }
-  int good = 0;
-  reader->collect(&owner, [&](const sentinel::overlap::SideReader::Read& r) { good += !r.failed && same(r.stats); });
-  EXPECT_EQ(good, sentinel::overlap::SideReader::kMaxReads);
-  // A guard against a hang, not a timing: the child's work takes well under a second.
-  int status = 0;
-  pid_t done = 0;
-  for (int waited_ms = 0; (done = waitpid(pid, &status, WNOHANG)) == 0 && waited_ms < 120000; waited_ms += 10) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (done == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the forked child hung";
-  }
-  ASSERT_TRUE(WIFEXITED(status)) << "the forked child was ended by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "the forked child's reads differ from the statistics of the tensor";
+  if (pid == 0) fork_check::child(std::move(reader), &owner, 0, t);
+  expect_child_exits_with_zero(pid, "the forked child's reads differ from the statistics of the tensor");
 }
 
 }  // namespace

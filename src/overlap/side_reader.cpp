@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <exception>
+#include <new>
 #include <set>
 #include <system_error>
 
@@ -74,6 +75,10 @@ SideReader::~SideReader() {
 
 void SideReader::after_fork_in_child() {
   (void)thread_.release();  // the handle of a thread the child does not have: dropped, not joined
+  // The condition variable still counts that thread as its waiter: signalling it would wait for
+  // the waiter to wake, and destroying it would wait for the waiter to leave, both forever. A new
+  // one is made in its place; the old one is not destroyed, as that is what would wait.
+  new (&work_cv_) std::condition_variable;
   no_thread_ = true;        // the ops' threads read everything from now on
   for (int i = 0; i < next_; ++i) {
     if (reads_[i].done) continue;

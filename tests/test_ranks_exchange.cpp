@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <sentinel/sentinel.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #if SENTINEL_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -20,6 +21,7 @@
 
 #include "ranks/rank_record.h"
 #include "ranks/rank_session.h"
+#include "support/forked_child.h"
 #include "support/test_models.h"
 
 namespace {
@@ -47,9 +49,14 @@ RankRecord record(int64_t rank, std::optional<RankEvent> e = std::nullopt) {
 }
 
 // Stores live as long as the test program: a store's address keys the watchdogs' scopes on it.
-c10::intrusive_ptr<c10d::Store> new_store() {
+// A store in `file` is shared with forked children; one in memory is not.
+c10::intrusive_ptr<c10d::Store> new_store(const std::string& file = "") {
   static std::vector<c10::intrusive_ptr<c10d::Store>> keep;
-  keep.push_back(c10::make_intrusive<c10d::HashStore>());
+  if (file.empty()) {
+    keep.push_back(c10::make_intrusive<c10d::HashStore>());
+  } else {
+    keep.push_back(c10::make_intrusive<c10d::FileStore>(file, -1));
+  }
   return keep.back();
 }
 
@@ -326,6 +333,37 @@ TEST(StoreChannel, NoStoreToReachIsSaidOnceAndTheRankWatchesAlone) {
   EXPECT_NE(a.problem.find("MASTER_ADDR and MASTER_PORT are not set"), std::string::npos) << a.problem;
   EXPECT_TRUE(a.missing.empty());
   EXPECT_FALSE(s.exchange(1, Phase::BatchEnd)) << "said once, then silent";
+}
+
+// A child forked from a rank (a data worker, a tool run beside training) is not that rank:
+// destroying what it inherited must neither tell the others that the rank left, nor wait for the
+// heartbeat's thread, which the child does not have.
+TEST(StoreChannel, AForkedChildNeitherLeavesForTheRankNorWaitsForItsHeartbeat) {
+  const auto file = std::filesystem::temp_directory_path() / ("sentinel_fork_store_" + std::to_string(getpid()));
+  std::filesystem::remove(file);
+  auto store = new_store(file.string());
+  std::vector<std::unique_ptr<sentinel::ranks::RankSession>> s;
+  for (int64_t r = 0; r < 2; ++r) s.push_back(std::make_unique<sentinel::ranks::RankSession>(rank_options(r, 2, store)));
+  on_threads(2, [&](int64_t r) { return *s[r]->exchange(0, Phase::BatchEnd); });  // the heartbeats beat
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0) << "fork failed";
+  if (pid == 0) {  // as the inherited watchdogs' destructors would
+    s[1]->leave(0);
+    s.clear();
+    _exit(0);
+  }
+  sentinel_test::expect_child_exits_with_zero(pid, "the forked child failed");
+  // Rank 0 looks first: a farewell the child had left for rank 1 would be its answer.
+  auto agreed = on_threads(2, [&](int64_t r) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return *s[r]->exchange(1, Phase::BatchEnd);
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(agreed[r].exchanged) << "rank " << r << ": " << agreed[r].problem;
+    EXPECT_TRUE(agreed[r].missing.empty()) << "rank " << r << " was told that a running rank left";
+  }
+  s.clear();
+  std::filesystem::remove(file);
 }
 
 #if SENTINEL_HAVE_GLOO

@@ -63,7 +63,10 @@ Identity resolve_identity(const RankOptions& options, const RankChannel* channel
 }
 
 RankSession::RankSession(const RankOptions& options)
-    : exchange_(options.exchange()), timeout_seconds_(options.timeout_seconds()), channel_(options.channel()) {
+    : exchange_(options.exchange()),
+      timeout_seconds_(options.timeout_seconds()),
+      channel_(options.channel()),
+      process_(getpid()) {
   id_ = resolve_identity(options, channel_.get());
   wait_.silence = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds() * 1000));
   wait_.longest = std::chrono::milliseconds(static_cast<int64_t>(options.max_wait_seconds() * 1000));
@@ -182,7 +185,7 @@ std::optional<RankAgreement> RankSession::announce(int64_t batch) {
 }
 
 void RankSession::leave(int64_t batch, bool aborted) noexcept {
-  if (!exchanging()) return;
+  if (!exchanging() || getpid() != process_) return;
   RankRecord farewell;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);

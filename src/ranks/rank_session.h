@@ -55,7 +55,7 @@ class RankSession {
   std::optional<RankAgreement> announce(int64_t batch);
   // This rank stops answering after `batch` (an error goes to the user, or `aborted`: an
   // exception not the sentinel's unwinds that batch): its record stands in for it in the rounds
-  // it misses.
+  // it misses. Not in a child forked from this rank: the child is not the rank, which runs on.
   void leave(int64_t batch, bool aborted = false) noexcept;
   double timeout_seconds() const { return timeout_seconds_; }
 
@@ -69,6 +69,7 @@ class RankSession {
   double timeout_seconds_ = 5;
   RankWait wait_{};
   std::shared_ptr<RankChannel> channel_;
+  int64_t process_;  // the rank's process id
   // The channel is used by one thread at a time; the state below is read and written under its
   // own lock, so that an op thread noting a trip never waits for an exchange in progress.
   std::mutex channel_mutex_;

@@ -7,12 +7,15 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "ranks/rank_channel.h"
@@ -41,8 +44,14 @@ std::string text(const std::vector<uint8_t>& b) { return std::string(b.begin(), 
 class StoreChannel final : public RankChannel {
  public:
   // `store` may be null: connect to the store at MASTER_ADDR:MASTER_PORT at the first exchange.
-  explicit StoreChannel(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
-  ~StoreChannel() override { stop_heartbeat(); }
+  explicit StoreChannel(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)), process_(getpid()) {}
+  ~StoreChannel() override {
+    if (getpid() != process_) {
+      forget_in_forked_child();
+    } else {
+      stop_heartbeat();
+    }
+  }
 
   void bind(int64_t rank, int64_t world_size) override {
     if (!prefix_.empty()) {
@@ -229,6 +238,19 @@ class StoreChannel final : public RankChannel {
     if (heart_.joinable()) heart_.join();
   }
 
+  // In a child forked from the rank, which has only the forking thread: the heartbeat's thread is
+  // not there, and its mutex and condition variable may still be held or waited on by it, so
+  // joining, locking, signalling or destroying them would wait forever. Fresh ones take their
+  // place, the old ones not destroyed. The store stays the parent's: closing it here could end
+  // the rank's connection or wait for a store server thread the child does not have.
+  void forget_in_forked_child() noexcept {
+    new (&heart_) std::thread;
+    new (&beat_cv_) std::condition_variable;
+    new (&beat_mutex_) std::mutex;
+    beating_ = false;
+    (void)store_.release();
+  }
+
   // Each rank removes its own keys once no rank in lockstep can still need them.
   void forget_old_rounds(const std::string& round) {
     published_.push_back(round);
@@ -281,6 +303,7 @@ class StoreChannel final : public RankChannel {
   std::condition_variable beat_cv_;
   bool beating_ = false;
   std::thread heart_;
+  int64_t process_;  // the rank's process id
 };
 
 }  // namespace

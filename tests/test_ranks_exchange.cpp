@@ -335,10 +335,10 @@ TEST(StoreChannel, NoStoreToReachIsSaidOnceAndTheRankWatchesAlone) {
   EXPECT_FALSE(s.exchange(1, Phase::BatchEnd)) << "said once, then silent";
 }
 
-// A child forked from a rank (a data worker, a tool run beside training) is not that rank:
-// destroying what it inherited must neither tell the others that the rank left, nor wait for the
-// heartbeat's thread, which the child does not have.
-TEST(StoreChannel, AForkedChildNeitherLeavesForTheRankNorWaitsForItsHeartbeat) {
+// A child forked from a rank (a data worker, a tool run beside training) is not that rank: it
+// must not exchange in the rank's name, and destroying what it inherited must neither tell the
+// others that the rank left, nor wait for the heartbeat's thread, which the child does not have.
+TEST(StoreChannel, AForkedChildNeitherSpeaksForTheRankNorWaitsForItsHeartbeat) {
   const auto file = std::filesystem::temp_directory_path() / ("sentinel_fork_store_" + std::to_string(getpid()));
   std::filesystem::remove(file);
   auto store = new_store(file.string());
@@ -347,12 +347,13 @@ TEST(StoreChannel, AForkedChildNeitherLeavesForTheRankNorWaitsForItsHeartbeat) {
   on_threads(2, [&](int64_t r) { return *s[r]->exchange(0, Phase::BatchEnd); });  // the heartbeats beat
   const pid_t pid = fork();
   ASSERT_GE(pid, 0) << "fork failed";
-  if (pid == 0) {  // as the inherited watchdogs' destructors would
+  if (pid == 0) {  // a batch's end, then what the inherited watchdogs' destructors do
+    if (s[0]->exchange(1, Phase::BatchEnd) || s[0]->announce(1)) _exit(2);
     s[1]->leave(0);
     s.clear();
     _exit(0);
   }
-  sentinel_test::expect_child_exits_with_zero(pid, "the forked child failed");
+  sentinel_test::expect_child_exits_with_zero(pid, "the forked child exchanged in the rank's name");
   // Rank 0 looks first: a farewell the child had left for rank 1 would be its answer.
   auto agreed = on_threads(2, [&](int64_t r) {
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));

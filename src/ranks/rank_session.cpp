@@ -185,7 +185,7 @@ std::optional<RankAgreement> RankSession::announce(int64_t batch) {
 }
 
 void RankSession::leave(int64_t batch, bool aborted) noexcept {
-  if (!exchanging() || getpid() != process_) return;
+  if (!exchanging()) return;
   RankRecord farewell;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);

@@ -3,6 +3,8 @@
 #include <sentinel/options.h>
 #include <sentinel/report.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,7 +38,9 @@ class RankSession {
   explicit RankSession(const RankOptions& options);
   const Identity& identity() const { return id_; }
   bool distributed() const { return id_.world_size > 1; }
-  bool exchanging() const { return distributed() && exchange_; }
+  // Not in a child forked from the rank: the child is not the rank, which runs on, and the
+  // channel is the rank's (a store connection, a process group's threads).
+  bool exchanging() const { return distributed() && exchange_ && getpid() == process_; }
   // <report_dir>/rank<R> for many ranks, else report_dir itself.
   std::string files_dir(const std::string& report_dir) const;
 
@@ -55,7 +59,7 @@ class RankSession {
   std::optional<RankAgreement> announce(int64_t batch);
   // This rank stops answering after `batch` (an error goes to the user, or `aborted`: an
   // exception not the sentinel's unwinds that batch): its record stands in for it in the rounds
-  // it misses. Not in a child forked from this rank: the child is not the rank, which runs on.
+  // it misses.
   void leave(int64_t batch, bool aborted = false) noexcept;
   double timeout_seconds() const { return timeout_seconds_; }
 

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 
 #include "cli/demo_model.h"
 #include "device/stats_device.h"
@@ -391,6 +392,66 @@ TEST(DeferredDevice, WatchingThroughTheDeviceNeverChangesResults) {
   step.finish();
   EXPECT_TRUE(torch::equal(watched, unwatched));
   EXPECT_GT(watch.device_counters().tensors_read_on_device, 0);
+}
+
+// A device whose read-back fails, as a CUDA device does after a device-side assert in the model:
+// every CUDA call fails from then on.
+class UnreadableDevice final : public device::StatsDevice {
+ public:
+  explicit UnreadableDevice(int64_t capacity) : inner_(device::make_cpu_deferred_device(capacity)) {}
+  bool owns(const at::Tensor& t) const override { return inner_->owns(t); }
+  sentinel::stats::Readability readability(const at::Tensor& t) const override { return inner_->readability(t); }
+  void enqueue(const at::Tensor& t, int64_t slot, const device::Request& r) override { inner_->enqueue(t, slot, r); }
+  void read_back(int64_t, int64_t) override { throw std::runtime_error("CUDA error: device-side assert triggered"); }
+  device::SlotResult result(int64_t slot) const override { return inner_->result(slot); }
+  int64_t capacity() const override { return inner_->capacity(); }
+  int64_t synchronisations() const override { return inner_->synchronisations(); }
+
+ private:
+  std::unique_ptr<device::StatsDevice> inner_;
+};
+
+std::unique_ptr<device::StatsDevice> unreadable_device(int64_t capacity) {
+  return std::make_unique<UnreadableDevice>(capacity);
+}
+
+// The user's own exception unwinding a batch whose numbers cannot be read back reaches the user
+// (a second exception thrown over it would end the program); the failure is said once, and later
+// batches are watched without the device and still trip.
+TEST(DeferredDevice, AReadBackThatFailsIsSaidAndNeitherEndsTheProgramNorHidesTheUsersError) {
+  torch::manual_seed(0);
+  TwoBlocks model;
+  const auto x = small_input(2, 4, 1.0);
+  const auto unwatched = model->forward(x);
+  DeviceFactoryScope scope(unreadable_device);
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
+  try {
+    auto step = watch.batch();
+    model->forward(x);
+    throw std::invalid_argument("the user's own error");
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "the user's own error");
+  }
+  EXPECT_NE(out.str().find("reading the numbers back from the device failed (CUDA error: device-side assert "
+                           "triggered): the "),
+            std::string::npos)
+      << out.str();
+  {
+    auto step = watch.batch();
+    EXPECT_TRUE(torch::equal(model->forward(x), unwatched));
+    EXPECT_NO_THROW(step.finish());
+  }
+  EXPECT_THROW(
+      {
+        auto step = watch.batch();
+        model->forward(small_input(2, 4, 100.0));  // exp overflows: read on the CPU now
+        step.finish();
+      },
+      sentinel::NonFiniteError);
+  size_t said = 0;
+  for (size_t at = 0; (at = out.str().find("reading the numbers back", at)) != std::string::npos; ++at) ++said;
+  EXPECT_EQ(said, 1u);
 }
 
 TEST(DeferredDevice, ReadBackOptionIsValidated) {

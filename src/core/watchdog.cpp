@@ -181,6 +181,26 @@ bool Watchdog::Impl::begin_explicit_batch() {
 }
 
 void Watchdog::Impl::end_explicit_batch(bool unwinding) {
+  if (!unwinding) {
+    close_explicit_batch();
+    exchange_ranks(ranks::Phase::BatchEnd);
+    return;
+  }
+  // An exception of the user's own unwinds this batch. Nothing may be thrown over it (that would
+  // end the program), so what fails here is said, not thrown. And this rank will not reach the
+  // collectives the others are heading for: it says so instead of exchanging, so they stop at once.
+  try {
+    close_explicit_batch();
+  } catch (const std::exception& error) {
+    opts.output() << "sentinel: ending batch " << batches.current() << " while an exception unwound it failed: "
+                  << error.what() << "\n"
+                  << std::flush;
+  } catch (...) {
+  }
+  ranks->leave(batches.current(), /*aborted=*/true);
+}
+
+void Watchdog::Impl::close_explicit_batch() {
   // A training step inside the batch: its parameters' gradients are checked once, here (which
   // also closes its FP8 step).
   if (backward_in_batch) {
@@ -196,13 +216,6 @@ void Watchdog::Impl::end_explicit_batch(bool unwinding) {
     end_batch_locked(lock);
   }
   deliver_step_outcome();
-  if (unwinding) {
-    // An exception of the user's own ends this batch: this rank will not reach the collectives
-    // the others are heading for. It says so instead of exchanging, so they stop at once.
-    ranks->leave(batches.current(), /*aborted=*/true);
-    return;
-  }
-  exchange_ranks(ranks::Phase::BatchEnd);
 }
 
 void Watchdog::Impl::close_fp8_step_locked() {

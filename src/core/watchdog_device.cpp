@@ -24,7 +24,7 @@ int64_t ring_capacity(const Options& o) {
 }  // namespace
 
 device::StatsDevice* Watchdog::Impl::device_for(const at::Tensor& t) {
-  if (!t.defined()) return nullptr;
+  if (!t.defined() || device_failed) return nullptr;
   if (!device_tried) {
     if (auto factory = device::device_factory_for_testing()) {
       device_tried = true;
@@ -154,9 +154,23 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
   if (!lock.owns_lock()) lock.lock();
   if (!device || deferred.empty() || device->capturing()) return;  // nothing may wait inside a capture
   const int64_t syncs_before = device->synchronisations();
-  auto frames = deferred.resolve(*device, [&](const device::PendingProbe& p, const device::SlotResult& r) {
-    fp8.add_result(p.place, p.role, r.stats, r.probe);
-  });
+  std::vector<FrameRecord> frames;
+  try {
+    frames = deferred.resolve(*device, [&](const device::PendingProbe& p, const device::SlotResult& r) {
+      fp8.add_result(p.place, p.role, r.stats, r.probe);
+    });
+  } catch (const std::exception& error) {
+    // A device that cannot be read back (a sticky CUDA error, such as a device-side assert in the
+    // model) fails every later read as well. The watchdog says so and reads it no more, so that
+    // what reaches the user is the model's own error, not one thrown from the watchdog.
+    device_failed = true;
+    opts.output() << "sentinel: reading the numbers back from the device failed (" << error.what() << "): the "
+                  << deferred.size() << " frames waiting for them are not checked, and "
+                  << "tensors on the device are no longer read\n"
+                  << std::flush;
+    deferred.drop();
+    return;
+  }
   device_counters.readbacks += device->synchronisations() - syncs_before;
   for (size_t i = 0; i < frames.size() && !stopped; ++i) {  // after a trip that stops the run: no more
     detecting_late = !(last_is_current && i + 1 == frames.size());

@@ -75,8 +75,10 @@ struct Watchdog::Impl final : capture::Session {
 
   // Explicit batches (batch(), forward()): false when one is already open on this thread.
   bool begin_explicit_batch();
-  // `unwinding`: an exception (not the sentinel's) ends the batch.
+  // `unwinding`: an exception (not the sentinel's) ends the batch; nothing is thrown then.
   void end_explicit_batch(bool unwinding = false);
+  // What ending a batch does before the ranks meet: gradients, detection, the step's outcome.
+  void close_explicit_batch();
   void throw_pending();
   bool has_pending();
   // Closes the open step (lock held): FP8 metrics, log, alarms into pending_alarm; the
@@ -140,6 +142,7 @@ struct Watchdog::Impl final : capture::Session {
   // Tensors on a device (CUDA) are read there; their frames wait in `deferred` for the numbers.
   std::unique_ptr<device::StatsDevice> device;   // made at the first such tensor
   bool device_tried = false;
+  bool device_failed = false;  // a read-back failed: device tensors are no longer read
   device::DeferredFrames deferred;
   DeviceCounters device_counters;
   // Inputs read on a second thread while their op runs (Options::read_inputs_beside_ops), and

@@ -52,6 +52,12 @@ class DeferredFrames {
     probes_.clear();
     return out;
   }
+  // Forgets every waiting frame and slot: their numbers cannot be read back.
+  void drop() {
+    frames_.clear();
+    probes_.clear();
+    first_unread_ = next_slot_;
+  }
 
  private:
   static void fill(const StatsDevice& device, core::FrameRecord& f) {

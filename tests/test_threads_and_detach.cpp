@@ -240,6 +240,28 @@ def forward(self, x):
   EXPECT_NO_THROW(model.forward({torch::ones({2, 2})}));  // this thread's reference has expired
 }
 
+// A watchdog the user keeps in a thread_local (or, on the main thread, a static) object made before
+// the sentinel's own state of that thread is destroyed after it, at the thread's exit.
+TEST(Detach, AWatchdogOutlivingItsThreadsStateIsDestroyedWithoutTouchingIt) {
+  torch::manual_seed(0);
+  TwoBlocks model;
+  const auto x = small_input(2, 4, 1.0);
+  const auto unwatched = model->forward(x);
+  const bool had_callbacks = at::hasGlobalCallbacks();
+  std::ostringstream out;
+  bool same = false;
+  std::thread([&] {
+    thread_local std::unique_ptr<sentinel::Watchdog> kept;  // made before the watchdog's thread state
+    kept = std::make_unique<sentinel::Watchdog>(model.ptr(), sentinel::Options().output(out));
+    auto step = kept->batch();
+    same = torch::equal(model->forward(x), unwatched);
+    step.finish();
+  }).join();
+  EXPECT_TRUE(same);
+  EXPECT_EQ(at::hasGlobalCallbacks(), had_callbacks) << "the watchdog's callback outlived it";
+  EXPECT_TRUE(torch::equal(model->forward(x), unwatched));
+}
+
 // fork() copies only the forking thread. A child of a process whose second thread was reading,
 // or was waiting for work, must still read (on its own thread) and destroy the reader without
 // waiting for a thread it does not have: neither on that thread's mutex, nor on the condition

@@ -11,10 +11,21 @@
 namespace sentinel {
 namespace capture {
 
+namespace {
+// Trivially destructible, so readable until the thread's very end: set once its state is gone.
+thread_local bool state_destroyed = false;
+struct StateOfThread {
+  ThreadState state;
+  ~StateOfThread() { state_destroyed = true; }
+};
+}  // namespace
+
 ThreadState& thread_state() {
-  static thread_local ThreadState state;
-  return state;
+  static thread_local StateOfThread of_thread;
+  return of_thread.state;
 }
+
+bool thread_state_destroyed() { return state_destroyed; }
 
 namespace {
 std::mutex last_session_mutex;

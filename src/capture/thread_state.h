@@ -66,6 +66,10 @@ struct ThreadState {
 };
 
 ThreadState& thread_state();
+// True once this thread's state has been destroyed: at its exit, before thread_local objects made
+// earlier (a watchdog the user keeps in one), and on the main thread before static objects.
+// Whatever is destroyed after it must not touch it.
+bool thread_state_destroyed();
 
 // The session that last opened a batch anywhere in the process. A backward pass may run its nodes
 // on a thread that never ran a batch (LibTorch's autograd runs CUDA nodes on a worker thread per

@@ -72,6 +72,12 @@ Watchdog::Impl::~Impl() {
   capture::release_callback();
   // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
   ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
+  // A watchdog kept in a static or thread_local object outlives this thread's state: nothing of
+  // it is left to unbind.
+  if (capture::thread_state_destroyed()) {
+    alive.reset();
+    return;
+  }
   auto& bound = capture::thread_state().bound;
   for (auto it = bound.begin(); it != bound.end();) {
     auto s = it->lock();

@@ -246,11 +246,13 @@ TEST(StoreChannel, EveryRankAgreesOnTheFirstTripAndItsRole) {
   }
 }
 
+// Waits of seconds, not tenths: a live rank's thread may be descheduled for a good part of a second
+// on a busy machine, and must not be taken for one that never started.
 TEST(StoreChannel, ARankThatNeverStartsIsNamedAfterTheLongestWait) {
   auto store = new_store();
-  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.1, 0.3));
-  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.1, 0.3));
-  sentinel::ranks::RankSession r2(rank_options(2, 3, store, 0.1, 0.3));  // never exchanges
+  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 1, 3));
+  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 1, 3));
+  sentinel::ranks::RankSession r2(rank_options(2, 3, store, 1, 3));  // never exchanges
   auto agreed = on_threads(2, [&](int64_t r) { return *(r == 0 ? r0 : r1).exchange(0, Phase::BatchEnd); });
   for (const auto& a : agreed) {
     EXPECT_EQ(a.missing, (std::vector<int64_t>{2}));
@@ -272,12 +274,14 @@ TEST(StoreChannel, ARankThatNeverStartsIsNamedAfterTheLongestWait) {
 // silence timeout; one whose heartbeat stops (its process died) is given up.
 TEST(StoreChannel, ASlowRankIsWaitedForAndADeadOneIsNot) {
   auto store = new_store();
-  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 0.2, 60));
-  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 0.2, 60));
-  auto r2 = std::make_unique<sentinel::ranks::RankSession>(rank_options(2, 3, store, 0.2, 60));
+  sentinel::ranks::RankSession r0(rank_options(0, 3, store, 1, 60));
+  sentinel::ranks::RankSession r1(rank_options(1, 3, store, 1, 60));
+  auto r2 = std::make_unique<sentinel::ranks::RankSession>(rank_options(2, 3, store, 1, 60));
   on_threads(3, [&](int64_t r) { return *(r == 0 ? r0 : r == 1 ? r1 : *r2).exchange(0, Phase::BatchEnd); });
   auto agreed = on_threads(3, [&](int64_t r) {
-    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // five silences late
+    // Three silences late (a silence of one second: a heartbeat every 200 ms, so that a busy
+    // machine that holds the heartbeat's thread back a while does not end a live rank).
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3000));
     return *(r == 0 ? r0 : r == 1 ? r1 : *r2).exchange(1, Phase::BatchEnd);
   });
   for (const auto& a : agreed) EXPECT_TRUE(a.missing.empty()) << "rank 1 was only slow: " << a.problem;

@@ -221,7 +221,7 @@ TEST(RankProcesses, FourRanksOthersReceiveTheInfThroughTheAllReduceAndSaySo) {
 // stop with a report naming the silent rank.
 TEST(RankProcesses, TwoRanksAKilledRankLeavesTheOtherToFinishWithItsReport) {
   const RankRun run = launch("killed2", 2,
-                             {{"SENTINEL_EXAMPLE_BAD_RANK", "-1"}, {"SENTINEL_EXAMPLE_KILL_RANK", "1"}, {"SENTINEL_EXAMPLE_TIMEOUT", "2"}});
+                             {{"SENTINEL_EXAMPLE_BAD_RANK", "-1"}, {"SENTINEL_EXAMPLE_KILL_RANK", "1"}, {"SENTINEL_EXAMPLE_TIMEOUT", "5"}});
   ASSERT_FALSE(run.hung) << all_logs(run);
   EXPECT_TRUE(run.killed(1)) << all_logs(run);
   EXPECT_TRUE(run.exited_ok(0)) << all_logs(run);
@@ -264,7 +264,7 @@ TEST(RankProcesses, FourRanksARankThatThrowsItsOwnErrorStopsTheOthersWithoutWait
 // rank 1 and name rank 3 as silent.
 TEST(RankProcesses, FourRanksABadRankAndAKilledRankAreBothNamed) {
   const RankRun run = launch("killed4", 4,
-                             {{"SENTINEL_EXAMPLE_BAD_RANK", "1"}, {"SENTINEL_EXAMPLE_KILL_RANK", "3"}, {"SENTINEL_EXAMPLE_TIMEOUT", "3"}});
+                             {{"SENTINEL_EXAMPLE_BAD_RANK", "1"}, {"SENTINEL_EXAMPLE_KILL_RANK", "3"}, {"SENTINEL_EXAMPLE_TIMEOUT", "6"}});
   ASSERT_FALSE(run.hung) << all_logs(run);
   EXPECT_TRUE(run.killed(3));
   for (int r = 0; r < 3; ++r) {

@@ -18,6 +18,7 @@
 #include "recipes/recipe_probe.h"
 #include "stats/simd_level.h"
 #include "stats/tensor_stats.h"
+#include "support/simd_levels.h"
 
 namespace sentinel {
 namespace {
@@ -236,7 +237,7 @@ TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
   int checked = 0;
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;
-    stats::force_simd_level_for_testing(level);
+    sentinel_test::ForcedSimdLevel forced(level);  // undone however the iteration ends
     for (const Case& c : cases) {
       for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf}) {
         auto t = make_data(c).to(dtype);
@@ -255,7 +256,6 @@ TEST(BlockRecipes, MatchTheReferenceOnEveryLayoutDtypeAndSimdLevel) {
       }
     }
   }
-  stats::force_simd_level_for_testing(std::nullopt);
   EXPECT_GT(checked, 100);
 }
 
@@ -291,7 +291,7 @@ TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
   int64_t checked = 0;
   for (auto level : {stats::SimdLevel::Baseline, stats::SimdLevel::V3, stats::SimdLevel::V4}) {
     if (!stats::cpu_supports(level)) continue;
-    stats::force_simd_level_for_testing(level);
+    sentinel_test::ForcedSimdLevel forced(level);  // undone however the iteration ends
     std::array<int64_t, 4> seen{};  // ordinary blocks on each path: quiet, flush, saturate, both
     for (const BlockRecipe& r : kBlockRecipes) {
       const bool nvfp4 = r.kind == fp8::ScalingRecipe::NVFP4;
@@ -366,7 +366,6 @@ TEST(BlockRecipes, BlockScalesMatchCudaOnEdgeAmaxesAtEverySimdLevel) {
     }
     for (int64_t n : seen) EXPECT_GT(n, 0);
   }
-  stats::force_simd_level_for_testing(std::nullopt);
   EXPECT_GT(checked, 1000000);
 }
 

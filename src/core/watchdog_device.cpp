@@ -153,6 +153,10 @@ void Watchdog::Impl::collect_side_reads(FrameRecord& f) {
 void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current) {
   if (!lock.owns_lock()) lock.lock();
   if (!device || deferred.empty() || device->capturing()) return;  // nothing may wait inside a capture
+  if (device_failed) {  // said when it failed; what an op in flight then had started is lost too
+    deferred.drop();
+    return;
+  }
   const int64_t syncs_before = device->synchronisations();
   std::vector<FrameRecord> frames;
   try {

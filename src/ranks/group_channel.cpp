@@ -5,10 +5,14 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 
 #include "ranks/rank_channel.h"
 #include "ranks/rank_record.h"
@@ -17,6 +21,24 @@ namespace sentinel {
 namespace ranks {
 
 namespace {
+
+// Whether `work` completes within `longest`, polling. Work::wait(timeout) does not bound the
+// host's wait on every backend: NCCL's only orders the current stream after the collective (unless
+// TORCH_NCCL_BLOCKING_WAIT is set) and returns at once, and the copy to the host that follows would
+// then wait on a dead rank until NCCL's own watchdog ends the process. isCompleted() never blocks.
+bool completes_within(c10d::Work& work, std::chrono::milliseconds longest) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + longest;
+  // Most all-gathers finish in well under a millisecond: short pauses first, then up to 5 ms.
+  std::chrono::microseconds pause(20);
+  while (!work.isCompleted()) {
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+  return true;
+}
 
 class GroupChannel final : public RankChannel {
  public:
@@ -42,9 +64,18 @@ class GroupChannel final : public RankChannel {
     std::vector<std::vector<at::Tensor>> gathered(1);
     for (int i = 0; i < group_->getSize(); ++i) gathered[0].push_back(at::zeros({static_cast<int64_t>(kSlot)}, options));
     std::vector<at::Tensor> inputs{mine};
+    c10::intrusive_ptr<c10d::Work> work;
     try {
+      work = group_->allgather(gathered, inputs);
       // A collective cannot tell a slow rank from a dead one: it waits the longest.
-      group_->allgather(gathered, inputs)->wait(wait.longest);
+      if (!completes_within(*work, wait.longest)) {
+        // The backend may still write into these tensors later: they must outlive this call.
+        abandoned_.push_back(Abandoned{work, std::move(gathered), std::move(inputs)});
+        throw std::runtime_error(fmt::format(
+            "the all-gather did not complete in {:g} s: a rank is gone or no longer takes part",
+            std::chrono::duration<double>(wait.longest).count()));
+      }
+      work->wait(wait.longest);  // raises the collective's own error; on CUDA, orders the stream
     } catch (...) {
       broken_ = true;  // the ranks' collectives no longer line up: never call it again
       throw;
@@ -68,8 +99,14 @@ class GroupChannel final : public RankChannel {
 
  private:
   static constexpr size_t kSlot = kMaxRecordBytes + 4;
+  struct Abandoned {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<std::vector<at::Tensor>> outputs;
+    std::vector<at::Tensor> inputs;
+  };
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   bool broken_ = false;
+  std::vector<Abandoned> abandoned_;  // at most one: the channel is not used after it
 };
 
 }  // namespace

@@ -18,7 +18,6 @@
 // the forward alone, as DebugUnderflowOverflow::forward makes it; watch.backward() follows it),
 // SENTINEL_EXAMPLE_TIMEOUT (seconds without a sign of life after which a rank is given up).
 #include <sentinel/sentinel.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -27,6 +26,8 @@
 #include <iostream>
 #include <optional>
 #include <string>
+
+#include "gloo_group.h"
 
 namespace {
 
@@ -55,9 +56,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> make_group(int64_t rank, int64_t world) {
   so.timeout = std::chrono::seconds(60);
   const char* addr = std::getenv("MASTER_ADDR");
   auto store = c10::make_intrusive<c10d::TCPStore>(addr ? addr : "127.0.0.1", so);
-  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(60));
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world), options);
+  return sentinel_examples::gloo_group(store, static_cast<int>(rank), static_cast<int>(world), std::chrono::seconds(60));
 }
 
 }  // namespace

@@ -28,6 +28,9 @@ copy $lib/libfmt.so $lib/libfmt.so.9 $lib/libfmt.so.9.1.0 \
      $lib/libyaml-cpp.so $lib/libyaml-cpp.so.0.7 $lib/libyaml-cpp.so.0.7.0 \
      $lib/libprotobuf.so $lib/libprotobuf.so.32 $lib/libprotobuf.so.32.0.12 $lib/libprotoc.so.32 \
      $lib/libprotoc.so.32.0.12 /usr/bin/protoc
+# Gloo's headers, apart: used only when the LibTorch in use ships none of its own (c10d's
+# ProcessGroupGloo.hpp needs them for the multi-rank example).
+mkdir -p "$out/extra/gloo-include" && cp -a /usr/include/gloo "$out/extra/gloo-include/"
 # GCC's libbacktrace (Boost.Stacktrace's symboliser), put where -lbacktrace finds it.
 cp /usr/lib/gcc/x86_64-linux-gnu/*/libbacktrace.a "$out$lib/"
 

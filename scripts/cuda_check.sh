@@ -19,6 +19,7 @@ if [ -n "$deps" ]; then
 fi
 export PATH=/usr/local/cuda/bin:$PATH
 torch_prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_include=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
 torch_lib=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 jobs=$(nproc)
@@ -32,6 +33,7 @@ for stage in "$@"; do
       nvidia-smi -L; nvcc --version | tail -2; cmake --version | head -1; g++ --version | head -1
       $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
       command -v compute-sanitizer || ls /usr/local/cuda/bin | grep -i sanit
+      echo "torch include: $torch_include"; ls "$torch_include" | tr '\n' ' '; echo
       ;;
     build)
       step build
@@ -40,11 +42,18 @@ for stage in "$@"; do
       if ! echo '#include <torch/torch.h>' | g++ -std=c++17 -x c++ -fsyntax-only $inc - 2>"$out/cxx17_probe.log"; then
         std=20; echo "LibTorch's headers need C++20 (see cxx17_probe.log)"
       fi
+      gloo=()
+      if [ ! -d "$torch_include/gloo" ] && [ -n "$deps" ] && [ -d "$deps/extra/gloo-include" ]; then
+        gloo=(-DSENTINEL_GLOO_INCLUDE_DIR="$deps/extra/gloo-include"); echo "Gloo headers from $deps"
+      fi
+      # The test fixtures are scripted by this Python's torch, the one whose LibTorch is linked.
       cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=$std \
-        -DCMAKE_PREFIX_PATH="${deps:+$deps/usr;}$torch_prefix" -DSENTINEL_ENABLE_CUDA=ON \
+        -DCMAKE_PREFIX_PATH="${deps:+$deps/usr;}$torch_prefix" -DSENTINEL_ENABLE_CUDA=ON "${gloo[@]}" \
+        -DSENTINEL_FIXTURE_PYTHON="$(command -v "$py")" \
         -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
       grep 'Sentinel:' "$out/configure.log"
-      cmake --build "$build" -j "$jobs" -- -k 0 >"$out/build.log" 2>&1 || { status=1; grep -E 'error|Error' "$out/build.log" | head -60; }
+      # SENTINEL_BUILD_TARGETS (space-separated) builds only those, for a short check.
+      cmake --build "$build" -j "$jobs" ${SENTINEL_BUILD_TARGETS:+--target $SENTINEL_BUILD_TARGETS} -- -k 0 >"$out/build.log" 2>&1 || { status=1; grep -E 'error|Error' "$out/build.log" | head -60; }
       ;;
     cuda-tests)
       step cuda-tests

@@ -8,7 +8,7 @@
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #if SENTINEL_HAVE_GLOO
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include "examples/gloo_group.h"
 #endif
 
 #include <unistd.h>
@@ -379,9 +379,7 @@ TEST(GroupChannel, AllGatherOnGlooGivesTheSameAgreement) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto o = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
-      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, 2, o);
+      auto pg = sentinel_examples::gloo_group(store, r, 2, std::chrono::seconds(30));
       sentinel::ranks::RankSession s(sentinel::RankOptions().channel(sentinel::group_channel(pg)));
       ranks_seen[r] = s.identity().rank;
       if (r == 1) s.note_trip(event(1, 0, sentinel::Direction::Forward, 8));

@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>

@@ -108,6 +108,7 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
     // No room to show it: it shares its role's slot, which still tells whether it was finite.
     int64_t& shared = f.omitted_slot[role == Role::Output ? 1 : 0];
     request.accumulate = shared >= 0;
+    request.shared_slot = true;
     if (shared < 0) shared = deferred.take_slot();
     slot = shared;
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/device_stats.h"
+#include "device/dense_span.h"
 #include "device/stats_device.h"
 
 namespace sentinel {
@@ -53,7 +54,12 @@ struct GpuRing {
 class CudaStatsDevice final : public StatsDevice {
  public:
   CudaStatsDevice(int64_t capacity, int devices)
-      : capacity_(capacity), gpus_(devices), owner_(capacity, -1), probe_scale_(capacity, 0.0f), results_(capacity) {}
+      : capacity_(capacity),
+        gpus_(devices),
+        owner_(capacity, -1),
+        probe_scale_(capacity, 0.0f),
+        repeats_(capacity, 1),
+        results_(capacity) {}
   ~CudaStatsDevice() override {
     for (auto& g : gpus_) {
       if (g.zeroed) cudaEventDestroy(g.zeroed);
@@ -68,7 +74,7 @@ class CudaStatsDevice final : public StatsDevice {
     if (t.numel() == 0) return stats::Readability::Empty;
     cuda::DType d;
     if (!kernel_dtype(t.scalar_type(), d)) return stats::Readability::DeviceDtype;
-    if (!t.is_non_overlapping_and_dense()) return stats::Readability::DeviceStrided;
+    if (!dense_span(t.sizes(), t.strides())) return stats::Readability::DeviceStrided;
     return stats::Readability::Read;
   }
 
@@ -96,11 +102,23 @@ class CudaStatsDevice final : public StatsDevice {
     if (!kernel_dtype(t.scalar_type(), dtype)) {
       throw Error(std::string("sentinel: no device reduction for dtype ") + c10::toString(t.scalar_type()));
     }
-    // Dense (possibly permuted) memory: [data_ptr, data_ptr + numel) holds exactly its elements.
-    cuda::reduce_into_slot(t.data_ptr(), t.numel(), dtype, g.ring->device_slot(slot), request.probe, stream,
-                           request.headroom, /*reset_slot=*/false);
-    owner_[static_cast<size_t>(slot % capacity_)] = index;
-    probe_scale_[static_cast<size_t>(slot % capacity_)] = request.probe ? request.probe_scale : 0.0f;
+    const auto span = dense_span(t.sizes(), t.strides());
+    if (!span) throw Error("sentinel: a strided view with gaps has no dense span to read on the device");
+    // [data_ptr, data_ptr + numel) holds exactly the span's elements. A slot that several tensors
+    // add to has one scale for all: an expanded one among them is read as a dense copy (made on
+    // this stream, where the allocator keeps it until the kernel is done with it).
+    const size_t i = static_cast<size_t>(slot % capacity_);
+    if (request.shared_slot && span->repeats > 1) {
+      const at::Tensor dense = t.contiguous();
+      cuda::reduce_into_slot(dense.data_ptr(), dense.numel(), dtype, g.ring->device_slot(slot), request.probe,
+                             stream, request.headroom, /*reset_slot=*/false);
+    } else {
+      cuda::reduce_into_slot(t.data_ptr(), span->numel, dtype, g.ring->device_slot(slot), request.probe, stream,
+                             request.headroom, /*reset_slot=*/false);
+      repeats_[i] = span->repeats;  // 1 in a shared slot
+    }
+    owner_[i] = index;
+    probe_scale_[i] = request.probe ? request.probe_scale : 0.0f;
     g.used = true;
   }
 
@@ -140,6 +158,8 @@ class CudaStatsDevice final : public StatsDevice {
         r.stats = cuda::decode_stats(raw);
         r.headroom = cuda::decode_headroom(raw);
         if (probe_scale_[i] != 0.0f) r.probe = cuda::decode_probe(raw, probe_scale_[i]);
+        scale_by_repeats(r, repeats_[i]);
+        repeats_[i] = 1;
         owner_[i] = -1;
       }
       g.launch_streams.clear();
@@ -170,6 +190,7 @@ class CudaStatsDevice final : public StatsDevice {
   std::vector<GpuRing> gpus_;
   std::vector<int> owner_;          // the GPU whose ring holds a slot, -1 when none
   std::vector<float> probe_scale_;  // the FP8 scale of a probed slot, 0 when not probed
+  std::vector<int64_t> repeats_;    // elements of the view per element read (expanded views)
   std::vector<SlotResult> results_;  // of the last read-back, by slot (allocated once)
   int64_t synchronisations_ = 0;
 };

@@ -39,6 +39,7 @@ struct Request {
   float probe_scale = 1.0f;                       // ... which are those of this scale
   fp8::Format probe_format = fp8::Format::E4M3;   // and format
   bool accumulate = false;  // add to what the slot already holds (several tensors, one slot)
+  bool shared_slot = false;  // the slot is one that several tensors add to (the first one too)
 };
 
 class StatsDevice {

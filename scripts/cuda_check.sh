@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds against a LibTorch with CUDA (the one of a Python torch install) and runs the checks that
 # need a GPU: the CUDA test suite, compute-sanitizer, the whole test suite, the GPU benchmarks.
-# Usage: bash scripts/cuda_check.sh STAGE...   STAGE: info build cuda-tests sanitize tests bench ranks
+# Usage: bash scripts/cuda_check.sh STAGE...   STAGE: info build cuda-tests sanitize tests bench profile ranks
 # Build dependencies other than LibTorch come from $SENTINEL_DEPS (made by scripts/bundle_deps.sh)
 # when the machine has no package manager access. Logs go to $OUT (default /tmp/sentinel-cuda).
 set -uo pipefail
@@ -84,6 +84,29 @@ for stage in "$@"; do
       if [ -x "$build/bench/bench_cuda" ]; then
         "$build/bench/bench_cuda" --benchmark_repetitions=${REPETITIONS:-5} --benchmark_report_aggregates_only=true \
           --benchmark_counters_tabular=true 2>&1 | tee "$out/bench_cuda.log" || status=1
+      fi
+      ;;
+    profile)
+      # Where the watched GPT-2 step's time goes on the device: the statistics kernels' own
+      # durations (Nsight Compute, the first PROFILE_KERNELS launches), to set against the step's
+      # wall time in the bench stage. Each profiled launch is replayed: this takes minutes.
+      step profile
+      if command -v ncu >/dev/null && [ -x "$build/bench/bench_cuda" ]; then
+        ncu --kernel-name regex:reduce_kernel --launch-count "${PROFILE_KERNELS:-1000}" \
+          --metrics gpu__time_duration.sum --csv --log-file "$out/ncu_reduce.csv" \
+          "$build/bench/bench_cuda" --benchmark_filter='Gpt2StepWatched' >"$out/ncu_bench.log" 2>&1 || status=1
+        $py - "$out/ncu_reduce.csv" <<'PY' || status=1
+import csv, statistics, sys
+lines = open(sys.argv[1]).read().splitlines()
+start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+us = [float(r["Metric Value"].replace(",", "")) * scale[r["Metric Unit"]]
+      for r in csv.DictReader(lines[start:]) if r["Metric Name"] == "gpu__time_duration.sum"]
+print(f"statistics kernels profiled: {len(us)}; median {statistics.median(us):.2f} us, "
+      f"mean {statistics.mean(us):.2f} us, max {max(us):.1f} us, sum {sum(us) / 1e3:.2f} ms")
+PY
+      else
+        echo "no ncu or no bench_cuda"; status=1
       fi
       ;;
     ranks)

@@ -41,6 +41,12 @@ bool kernel_dtype(c10::ScalarType t, cuda::DType& out) {
   }
 }
 
+// A dense tensor (LibTorch's cached flag) is its own span; only other views are walked.
+c10::optional<DenseSpan> span_of(const at::Tensor& t) {
+  if (t.is_non_overlapping_and_dense()) return DenseSpan{t.numel(), 1};
+  return dense_span(t.sizes(), t.strides());
+}
+
 // One GPU's ring, and the streams that launched into it since its slots were last zeroed: they
 // must see that zeroing (made on the read-back stream) before their next launch.
 struct GpuRing {
@@ -75,7 +81,7 @@ class CudaStatsDevice final : public StatsDevice {
     if (t.numel() == 0) return stats::Readability::Empty;
     cuda::DType d;
     if (!kernel_dtype(t.scalar_type(), d)) return stats::Readability::DeviceDtype;
-    if (!dense_span(t.sizes(), t.strides())) return stats::Readability::DeviceStrided;
+    if (!span_of(t)) return stats::Readability::DeviceStrided;
     return stats::Readability::Read;
   }
 
@@ -103,7 +109,7 @@ class CudaStatsDevice final : public StatsDevice {
     if (!kernel_dtype(t.scalar_type(), dtype)) {
       throw Error(std::string("sentinel: no device reduction for dtype ") + c10::toString(t.scalar_type()));
     }
-    const auto span = dense_span(t.sizes(), t.strides());
+    const auto span = span_of(t);
     if (!span) throw Error("sentinel: a strided view with gaps has no dense span to read on the device");
     // [data_ptr, data_ptr + numel) holds exactly the span's elements. A slot that several tensors
     // add to has one scale for all: an expanded one among them is read as a dense copy (made on

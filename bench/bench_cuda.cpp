@@ -238,6 +238,9 @@ void BM_Gpt2StepWatched(benchmark::State& state) {
     // Zero here would mean the tensors were read on the host, not by the kernels.
     state.counters["device_tensors_per_step"] =
         per_step(after.tensors_read_on_device - before.tensors_read_on_device, state);
+    // Reads served by an earlier read of the same unchanged memory: no kernel launched for them.
+    state.counters["device_reads_reused_per_step"] =
+        per_step(after.device_reads_reused - before.device_reads_reused, state);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

@@ -100,6 +100,7 @@ struct HeadroomSummary {
 // host waited for it; and CPU inputs read on a second thread while their op ran.
 struct DeviceCounters {
   int64_t tensors_read_on_device = 0;     // reductions started on a device
+  int64_t device_reads_reused = 0;        // device tensors whose memory an earlier read in the batch covered
   int64_t tensors_skipped_on_device = 0;  // device tensors not read (dtype, gapped view, graph capture)
   int64_t frames_deferred = 0;            // frames that waited for a read-back
   int64_t readbacks = 0;                  // host synchronisations: one per read-back

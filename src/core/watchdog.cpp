@@ -115,9 +115,12 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
 
 void Watchdog::Impl::clear_stats_cache_locked() {
   if (opts.reuse_unchanged_parameter_reads() && index) {
-    stats_cache.clear_except(index->params(), [](const auto& param) -> const at::Tensor& { return param.first; });
+    auto tensor_of = [](const auto& param) -> const at::Tensor& { return param.first; };
+    stats_cache.clear_except(index->params(), tensor_of);
+    device_reads.clear_except(index->params(), tensor_of);
   } else {
     stats_cache.clear();
+    device_reads.clear();
   }
 }
 

@@ -99,10 +99,25 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
     ++device_counters.tensors_skipped_on_device;
     return e;
   }
+  const bool own_slot = f.has_room(role);
+  if (own_slot && !fp8_role) {  // a probed operand is read under its own scale
+    if (const device::DeviceReadCache::Read* earlier = device_reads.find(t, headroom)) {
+      ++device_counters.device_reads_reused;
+      e.has_headroom = headroom;
+      if (earlier->slot >= 0) {
+        e.pending_slot = earlier->slot;
+        f.pending = true;
+      } else {
+        e.stats = earlier->stats;
+        if (headroom) e.headroom = earlier->headroom_counts;
+      }
+      return e;
+    }
+  }
   device::Request request;
   request.headroom = headroom;
   int64_t slot;
-  if (f.has_room(role)) {
+  if (own_slot) {
     slot = e.pending_slot = deferred.take_slot();
   } else {
     // No room to show it: it shares its role's slot, which still tells whether it was finite.
@@ -130,6 +145,7 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
     ++device_counters.tensors_skipped_on_device;
     return e;
   }
+  if (own_slot) device_reads.started(t, slot, headroom);
   e.has_headroom = headroom;
   f.pending = true;
   ++device_counters.tensors_read_on_device;
@@ -155,10 +171,11 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
   if (!lock.owns_lock()) lock.lock();
   if (!device || deferred.empty() || device->capturing()) return;  // nothing may wait inside a capture
   if (device_failed) {  // said when it failed; what an op in flight then had started is lost too
-    deferred.drop();
+    drop_deferred();
     return;
   }
   const int64_t syncs_before = device->synchronisations();
+  const int64_t first_slot = deferred.first_unread_slot(), end_slot = deferred.next_slot();
   std::vector<FrameRecord> frames;
   try {
     frames = deferred.resolve(*device, [&](const device::PendingProbe& p, const device::SlotResult& r) {
@@ -173,9 +190,10 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
                   << deferred.size() << " frames waiting for them are not checked, and "
                   << "tensors on the device are no longer read\n"
                   << std::flush;
-    deferred.drop();
+    drop_deferred();
     return;
   }
+  device_reads.read_back(*device, first_slot, end_slot);
   device_counters.readbacks += device->synchronisations() - syncs_before;
   for (size_t i = 0; i < frames.size() && !stopped; ++i) {  // after a trip that stops the run: no more
     detecting_late = !(last_is_current && i + 1 == frames.size());
@@ -183,6 +201,11 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
     if (!lock.owns_lock()) lock.lock();
   }
   detecting_late = false;
+}
+
+void Watchdog::Impl::drop_deferred() {
+  deferred.drop();
+  device_reads.drop_in_flight();
 }
 
 DeviceCounters Watchdog::device_counters() const {

@@ -27,6 +27,7 @@
 #include "overlap/side_reader.h"
 #include "overlap/spare_core.h"
 #include "device/deferred_frames.h"
+#include "device/device_read_cache.h"
 #include "device/stats_device.h"
 #include "ranks/rank_session.h"
 
@@ -144,6 +145,7 @@ struct Watchdog::Impl final : capture::Session {
   bool device_tried = false;
   bool device_failed = false;  // a read-back failed: device tensors are no longer read
   device::DeferredFrames deferred;
+  device::DeviceReadCache device_reads;  // device tensors already read in this batch
   DeviceCounters device_counters;
   // Inputs read on a second thread while their op runs (Options::read_inputs_beside_ops), and
   // whether the inputs now being added are an op's that allows it; only while the BLAS and ATen
@@ -213,6 +215,8 @@ struct Watchdog::Impl final : capture::Session {
   // order; stops at a trip that stops the run. Leaves the lock held.
   // `last_is_current`: the last waiting frame is the op now ending (its stacks are still live).
   void resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current = false);
+  // Forgets the waiting frames and the slots in flight: their numbers cannot be read back.
+  void drop_deferred();
 
  private:
   device::StatsDevice* device_for(const at::Tensor& t);

@@ -26,6 +26,9 @@ class DeferredFrames {
  public:
   int64_t take_slot() { return next_slot_++; }
   int64_t slots_in_flight() const { return next_slot_ - first_unread_; }
+  // The slots in flight are [first_unread_slot(), next_slot()).
+  int64_t first_unread_slot() const { return first_unread_; }
+  int64_t next_slot() const { return next_slot_; }
   bool empty() const { return frames_.empty(); }
   size_t size() const { return frames_.size(); }
   void push(const core::FrameRecord& f) {

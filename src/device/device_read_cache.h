@@ -1,0 +1,75 @@
+#pragma once
+// Reads of device tensors already started in this batch, by the memory they covered
+// (core/tensor_memory.h). An op's output is usually the next op's input and a weight serves its
+// ops through views: on a GPU each read is a kernel launch and a pass over device memory, so a
+// tensor whose memory was read and has not been written since takes the earlier read's slot
+// while that slot is still in flight, or its numbers once they are back.
+#include <ATen/core/Tensor.h>
+#include <sentinel/stats.h>
+
+#include <cstdint>
+
+#include "core/tensor_memory.h"
+#include "device/stats_device.h"
+
+namespace sentinel {
+namespace device {
+
+class DeviceReadCache {
+ public:
+  struct Read {
+    int64_t slot = -1;      // in flight: the slot the numbers come back in; -1 once back
+    bool headroom = false;  // the read counted the fp16/bf16 headroom too
+    TensorStats stats;      // once back
+    HeadroomCounts headroom_counts;
+  };
+
+  // An earlier read that serves `t` (keyed memory, unchanged since), with the headroom counts
+  // if `want_headroom`; null when `t` must be read.
+  const Read* find(const at::Tensor& t, bool want_headroom) {
+    if (!core::keyed_memory(t)) return nullptr;
+    const Read* read = reads_.find(t, core::version_of(t));
+    if (!read || (want_headroom && !read->headroom)) return nullptr;
+    ++hits_;
+    return read;
+  }
+  // `t`, as it is now, is being read into `slot` (its own, not a slot other tensors add to).
+  void started(const at::Tensor& t, int64_t slot, bool headroom) {
+    if (!core::keyed_memory(t)) return;
+    Read read;
+    read.slot = slot;
+    read.headroom = headroom;
+    reads_.insert(t, core::version_of(t), read);
+  }
+  // Slots [first, end) were just read back: their reads keep the numbers.
+  void read_back(const StatsDevice& device, int64_t first, int64_t end) {
+    reads_.keep_if([&](Read& read) {
+      if (read.slot < 0) return true;
+      if (read.slot < first || read.slot >= end) return false;  // never read back: not to be trusted
+      const SlotResult r = device.result(read.slot);
+      read.stats = r.stats;
+      read.headroom_counts = r.headroom;
+      read.slot = -1;
+      return true;
+    });
+  }
+  // The slots in flight will never be read back (a failed device): their reads are forgotten.
+  void drop_in_flight() {
+    reads_.keep_if([](const Read& read) { return read.slot < 0; });
+  }
+  void clear() { reads_.clear(); }
+  // Keeps the parameters' reads that are back (Options::reuse_unchanged_parameter_reads).
+  template <typename Range, typename TensorOf>
+  void clear_except(const Range& keep, TensorOf tensor_of) {
+    drop_in_flight();
+    reads_.clear_except(keep, tensor_of);
+  }
+  int64_t hits() const { return hits_; }
+
+ private:
+  core::MemoryMap<Read> reads_;
+  int64_t hits_ = 0;
+};
+
+}  // namespace device
+}  // namespace sentinel

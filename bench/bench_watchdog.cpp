@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "device/stats_device.h"
 #include "stats/fp8_probe.h"
 #include "stats/simd_level.h"
 #include "ranks/rank_session.h"
@@ -212,6 +213,50 @@ void BM_TinyOpsWatched(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(x));
 }
 
+// A device that owns CPU tensors and does no work: what the watchdog's device path (deferred
+// frames, result slots, reads reused, read-backs) costs the host per op, launches excluded.
+class NoWorkDevice final : public sentinel::device::StatsDevice {
+ public:
+  explicit NoWorkDevice(int64_t capacity) : capacity_(capacity) {}
+  bool owns(const at::Tensor& t) const override { return t.defined() && t.device().is_cpu(); }
+  sentinel::stats::Readability readability(const at::Tensor& t) const override {
+    return sentinel::stats::compute_readability(t);
+  }
+  void enqueue(const at::Tensor&, int64_t, const sentinel::device::Request&) override {}
+  void read_back(int64_t, int64_t) override { ++synchronisations_; }
+  sentinel::device::SlotResult result(int64_t) const override { return {}; }
+  int64_t capacity() const override { return capacity_; }
+  int64_t synchronisations() const override { return synchronisations_; }
+
+ private:
+  int64_t capacity_;
+  int64_t synchronisations_ = 0;
+};
+
+std::unique_ptr<sentinel::device::StatsDevice> no_work_device(int64_t capacity) {
+  return std::make_unique<NoWorkDevice>(capacity);
+}
+
+// TinyOps with every tensor handed to a device instead: the host's per-op cost of watching GPU
+// tensors, apart from the kernel launches. Counters: reductions started and reads reused per op.
+void BM_TinyOpsWatchedThroughDevice(benchmark::State& state) {
+  TinyOps model;
+  const auto x = torch::zeros({16});
+  torch::NoGradGuard no_grad;
+  std::ostringstream out;
+  sentinel::device::set_device_factory_for_testing(no_work_device);
+  {
+    sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+    bench::PageFaults faults(state);
+    for (auto _ : state) benchmark::DoNotOptimize(debug.forward(x));
+    const auto c = debug.device_counters();
+    const double ops = static_cast<double>(state.iterations()) * TinyOps::Impl::kOps;
+    state.counters["reductions_per_op"] = static_cast<double>(c.tensors_read_on_device) / ops;
+    state.counters["reused_per_op"] = static_cast<double>(c.device_reads_reused) / ops;
+  }
+  sentinel::device::set_device_factory_for_testing(nullptr);
+}
+
 // The statistics pass alone (stats_pass_cases.h), and fused with the FP8 probe or the menu.
 using bench_cases::at_level;
 using bench_cases::BM_AtSum;
@@ -284,6 +329,7 @@ BENCHMARK(BM_TrainStepCollected)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RankExchange2)->Iterations(2000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TinyOpsUnwatched)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_TinyOpsWatched)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TinyOpsWatchedThroughDevice)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_StatsPass)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AtSum)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsPassHalfZeros)->Unit(benchmark::kMillisecond);

@@ -8,6 +8,7 @@
 
 #include <sentinel/sentinel.h>
 
+#include "device/device_read_cache.h"
 #include "support/deferred_compare.h"
 #include "support/test_models.h"
 
@@ -109,6 +110,36 @@ TEST(DeviceReads, OperandsReadWithoutHeadroomAreReadAgainWhereHeadroomIsWanted) 
   }
   EXPECT_EQ(underflows, 2 * 8);  // both batches, all eight inputs
   EXPECT_EQ(d.counters.tensors_read_on_device + d.counters.device_reads_reused, shown_reads(d.saved));
+}
+
+// The cache alone: a read is found while in flight (its slot), then with its numbers once its
+// slot is read back; a read whose slot a read-back did not cover, or that was in flight when the
+// slots were dropped, is gone; a write through a view is a miss.
+TEST(DeviceReads, AReadServesFromItsSlotThenWithItsNumbersAndOnlyWhileTheMemoryIsUnchanged) {
+  auto dev = sentinel::device::make_cpu_deferred_device(16);
+  sentinel::device::DeviceReadCache cache;
+  auto a = torch::tensor({1.0f, -4.0f, 2.0f});
+  auto b = torch::tensor({3.0f});
+  dev->enqueue(a, 0, sentinel::device::Request{});
+  cache.started(a, 0, /*headroom=*/false);
+  cache.started(b, 7, /*headroom=*/false);
+  const auto* in_flight = cache.find(a.view({3}), false);  // a view of the same memory
+  ASSERT_NE(in_flight, nullptr);
+  EXPECT_EQ(in_flight->slot, 0);
+  EXPECT_EQ(cache.find(a, /*want_headroom=*/true), nullptr);
+  dev->read_back(0, 1);
+  cache.read_back(*dev, 0, 1);  // slot 7 was not read back: b's read is not to be trusted
+  EXPECT_EQ(cache.find(b, false), nullptr);
+  const auto* back = cache.find(a, false);
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(back->slot, -1);
+  EXPECT_EQ(back->stats.abs_max, a.abs().max().item<float>());
+  a.view({3}).mul_(2.0f);  // a write through a view bumps the shared version
+  EXPECT_EQ(cache.find(a, false), nullptr);
+  cache.started(a, 1, false);
+  cache.drop_in_flight();
+  EXPECT_EQ(cache.find(a, false), nullptr);
+  EXPECT_EQ(cache.hits(), 2);
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 // non-overlapping and dense holds exactly the elements of [offset, offset + numel) of its
 // storage, whatever its strides, so a transposed or reshaped view has the same statistics as its
 // base. A read is reused only while that memory provably holds the same values:
-//  - a weak reference keeps the StorageImpl's memory, so its address cannot be taken by a new
-//    storage while the entry lives (no false hit after a free);
+//  - a weak reference keeps the StorageImpl allocated (not its data), so its address cannot be
+//    taken by a new storage while the entry lives (no false hit after a free);
 //  - the version counter (shared by a tensor and its views, bumped by every in-place or out= op)
 //    and the data pointer must be unchanged.
 // Inference tensors (no version counter) and gapped or expanded views are never keyed.
@@ -76,8 +76,11 @@ class MemoryMap {
     auto it = entries_.find(memory_key(t));
     return it == entries_.end() || !it->second.stamp.holds(t, version) ? nullptr : &it->second.value;
   }
-  void insert(const at::Tensor& t, uint32_t version, Value value) {
-    entries_.insert_or_assign(memory_key(t), Entry{MemoryStamp::of(t, version), std::move(value)});
+  // The stored value stays at the returned address until it is erased (by clear, clear_except
+  // or keep_if); storing again for the same memory overwrites it there.
+  Value* insert(const at::Tensor& t, uint32_t version, Value value) {
+    auto it = entries_.insert_or_assign(memory_key(t), Entry{MemoryStamp::of(t, version), std::move(value)}).first;
+    return &it->second.value;
   }
   void clear() { entries_.clear(); }
   // Drops every value except those of the keyed tensors tensor_of(item), items of `keep`.

@@ -8,6 +8,7 @@
 #include <sentinel/stats.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor_memory.h"
 #include "device/stats_device.h"
@@ -22,6 +23,7 @@ class DeviceReadCache {
     bool headroom = false;  // the read counted the fp16/bf16 headroom too
     TensorStats stats;      // once back
     HeadroomCounts headroom_counts;
+    bool unusable = false;  // its slot was never read back
   };
 
   // An earlier read that serves `t` (keyed memory, unchanged since), with the headroom counts
@@ -29,7 +31,7 @@ class DeviceReadCache {
   const Read* find(const at::Tensor& t, bool want_headroom) {
     if (!core::keyed_memory(t)) return nullptr;
     const Read* read = reads_.find(t, core::version_of(t));
-    if (!read || (want_headroom && !read->headroom)) return nullptr;
+    if (!read || read->unusable || (want_headroom && !read->headroom)) return nullptr;
     ++hits_;
     return read;
   }
@@ -39,25 +41,34 @@ class DeviceReadCache {
     Read read;
     read.slot = slot;
     read.headroom = headroom;
-    reads_.insert(t, core::version_of(t), read);
+    in_flight_.push_back(reads_.insert(t, core::version_of(t), read));
   }
-  // Slots [first, end) were just read back: their reads keep the numbers.
+  // Slots [first, end) were just read back: their reads keep the numbers. Only the reads in
+  // flight are visited, so a read-back after every op costs what that op read.
   void read_back(const StatsDevice& device, int64_t first, int64_t end) {
-    reads_.keep_if([&](Read& read) {
-      if (read.slot < 0) return true;
-      if (read.slot < first || read.slot >= end) return false;  // never read back: not to be trusted
-      const SlotResult r = device.result(read.slot);
-      read.stats = r.stats;
-      read.headroom_counts = r.headroom;
-      read.slot = -1;
-      return true;
-    });
+    for (Read* read : in_flight_) {
+      if (read->slot < 0) continue;  // listed twice: its memory was read again
+      if (read->slot >= first && read->slot < end) {
+        const SlotResult r = device.result(read->slot);
+        read->stats = r.stats;
+        read->headroom_counts = r.headroom;
+      } else {
+        read->unusable = true;  // never read back: not to be trusted
+      }
+      read->slot = -1;
+    }
+    in_flight_.clear();
   }
   // The slots in flight will never be read back (a failed device): their reads are forgotten.
   void drop_in_flight() {
+    if (in_flight_.empty()) return;
     reads_.keep_if([](const Read& read) { return read.slot < 0; });
+    in_flight_.clear();
   }
-  void clear() { reads_.clear(); }
+  void clear() {
+    reads_.clear();
+    in_flight_.clear();
+  }
   // Keeps the parameters' reads that are back (Options::reuse_unchanged_parameter_reads).
   template <typename Range, typename TensorOf>
   void clear_except(const Range& keep, TensorOf tensor_of) {
@@ -68,6 +79,7 @@ class DeviceReadCache {
 
  private:
   core::MemoryMap<Read> reads_;
+  std::vector<Read*> in_flight_;  // reads_'s values whose slot is in flight (stable addresses)
   int64_t hits_ = 0;
 };
 

@@ -47,6 +47,25 @@ TEST(StatsCache, InPlaceChangesAreSeen) {
   EXPECT_EQ(s.nan, 1);  // inf * 0
 }
 
+// x.variable_data() (what .data() gives) shares x's memory with a version counter of its own.
+// A write through it bumps only that counter, to a number x's own counter may hold too.
+TEST(StatsCache, AWriteThroughADataAliasIsSeenEvenWhereTheVersionNumbersAgree) {
+  StatsCache cache;
+  auto x = torch::ones({8});
+  x.add_(0.0);  // x's counter: 1
+  TensorStats s;
+  cache.compute(x, s);
+  auto alias = x.variable_data();  // its own counter: 0
+  alias.mul_(5.0);                 // ... now 1, as x's
+  ASSERT_EQ(alias.unsafeGetTensorImpl()->version_counter().current_version(),
+            x.unsafeGetTensorImpl()->version_counter().current_version());
+  cache.compute(alias, s);
+  EXPECT_EQ(s.abs_max, alias.abs().max().item<float>());
+  cache.compute(x, s);
+  EXPECT_EQ(s.abs_max, x.abs().max().item<float>());
+  EXPECT_EQ(cache.hits(), 0u);
+}
+
 TEST(StatsCache, FreedMemoryReusedByANewTensorIsNeverAHit) {
   StatsCache cache;
   for (int i = 0; i < 50; ++i) {

@@ -7,13 +7,17 @@
 //  - a weak reference keeps the StorageImpl allocated (not its data), so its address cannot be
 //    taken by a new storage while the entry lives (no false hit after a free);
 //  - the version counter (shared by a tensor and its views, bumped by every in-place or out= op)
-//    and the data pointer must be unchanged.
+//    must be the same counter, at the same version, and the data pointer unchanged. A tensor
+//    made by .data() or variable_data() shares the memory but has a counter of its own: its
+//    writes bump that one, so the same version number from another counter is a miss.
 // Inference tensors (no version counter) and gapped or expanded views are never keyed.
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <type_traits>
 #include <unordered_map>
 
 namespace sentinel {
@@ -51,18 +55,30 @@ inline MemoryKey memory_key(const at::Tensor& t) {
   return MemoryKey{t.storage().unsafeGetStorageImpl(), t.storage_offset(), t.numel(), t.scalar_type()};
 }
 
+// Which counter a VariableVersion refers to. LibTorch gives no accessor, but the class holds
+// nothing except the pointer to its shared counter, so the pointer's bytes name the counter.
+inline const void* counter_identity(const c10::VariableVersion& v) {
+  static_assert(std::is_standard_layout<c10::VariableVersion>::value && sizeof(c10::VariableVersion) == sizeof(void*),
+                "c10::VariableVersion is no longer one pointer to its counter");
+  const void* counter = nullptr;
+  std::memcpy(&counter, static_cast<const void*>(&v), sizeof counter);
+  return counter;
+}
+
 // What a keyed read saw of its memory, to tell later whether that memory still holds it.
 struct MemoryStamp {
   c10::weak_intrusive_ptr<c10::StorageImpl> keep_address;
+  c10::VariableVersion counter;  // a copy shares the counter, and keeps its address taken
   uint32_t version;
   const void* data;
 
   static MemoryStamp of(const at::Tensor& t, uint32_t version) {
-    return MemoryStamp{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()), version,
-                       t.storage().data()};
+    return MemoryStamp{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()),
+                       t.unsafeGetTensorImpl()->version_counter(), version, t.storage().data()};
   }
   bool holds(const at::Tensor& t, uint32_t current_version) const {
-    return version == current_version && data == t.storage().data();
+    return version == current_version && data == t.storage().data() &&
+           counter_identity(counter) == counter_identity(t.unsafeGetTensorImpl()->version_counter());
   }
 };
 

@@ -8,6 +8,9 @@
 
 #include <sentinel/sentinel.h>
 
+#include <limits>
+#include <string>
+
 #include "device/device_read_cache.h"
 #include "support/deferred_compare.h"
 #include "support/test_models.h"
@@ -140,6 +143,25 @@ TEST(DeviceReads, AReadServesFromItsSlotThenWithItsNumbersAndOnlyWhileTheMemoryI
   cache.drop_in_flight();
   EXPECT_EQ(cache.find(a, false), nullptr);
   EXPECT_EQ(cache.hits(), 2);
+}
+
+// A gradient written after the backward with no op LibTorch sees (as a collective writes it) is
+// read again by the check at batch end, though the backward read the same memory.
+TEST(DeviceReads, TheGradientCheckAtBatchEndReadsAgainWhatTheBackwardRead) {
+  torch::manual_seed(0);
+  Rescaled model;
+  Scenario step = [model](sentinel::Watchdog& watch, Outcome&) mutable {
+    model->zero_grad();
+    auto guard = watch.batch();
+    model->forward(small_input()).sum().backward();
+    model->fc2->weight.grad().data_ptr<float>()[0] = std::numeric_limits<float>::infinity();
+    guard.finish();
+  };
+  const auto options = sentinel::Options().max_frames_to_save(1000);
+  const Outcome d = expect_same_as_plain(cpp_watch(model), options, step);
+  ASSERT_TRUE(d.report);
+  EXPECT_NE(d.report->origin.find("parameter gradients of fc2 (Linear)"), std::string::npos) << d.report->origin;
+  EXPECT_NE(d.report->origin.find("(in weight.grad)"), std::string::npos) << d.report->origin;
 }
 
 }  // namespace

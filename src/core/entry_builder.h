@@ -28,10 +28,10 @@ inline void set_readability(EntryRecord& e, const at::Tensor& t, stats::Readabil
 }
 
 inline EntryRecord tensor_entry(StatsCache& cache, const at::Tensor& t, Role role, int index, int sub,
-                                bool headroom = false) {
+                                bool headroom = false, bool reuse = true) {
   EntryRecord e = make_entry(role, index, sub);
   if (headroom) e.has_headroom = stats::compute_headroom(t, e.headroom);
-  set_readability(e, t, cache.compute(t, e.stats));
+  set_readability(e, t, cache.compute(t, e.stats, reuse));
   return e;
 }
 

@@ -14,12 +14,13 @@ namespace core {
 
 class StatsCache {
  public:
-  // Returns the readability and fills `out`, reading the tensor only on a miss.
-  stats::Readability compute(const at::Tensor& t, TensorStats& out) {
+  // Returns the readability and fills `out`, reading the tensor only on a miss (always with
+  // `reuse` false; what it reads is kept either way).
+  stats::Readability compute(const at::Tensor& t, TensorStats& out, bool reuse = true) {
     if (!cacheable(t)) return stats::compute(t, out);
     const uint32_t version = version_of(t);
     stats::Readability r;
-    if (lookup(t, version, out, r)) return r;
+    if (reuse && lookup(t, version, out, r)) return r;
     r = stats::compute(t, out);
     reads_.insert(t, version, Read{out, r});
     return r;

@@ -108,7 +108,9 @@ void Watchdog::Impl::check_parameter_gradients() {
       f.attribution = static_cast<uint8_t>(Attribution::Parameter);
       place = ref.place;
     }
-    EntryRecord e = read_entry(f, grad, Role::Output, -1, -1, false);
+    // At batch end the user's code has run since the backward: a gradient all-reduce writes the
+    // gradients without bumping their version counters, so earlier reads of them are not reused.
+    EntryRecord e = read_entry(f, grad, Role::Output, -1, -1, false, nullptr, /*reuse_reads=*/!grads_at_batch_end);
     e.param_name = ref.name;
     // A parameter's gradient is what AccumulateGrad produced: an output of this frame.
     e.role = Role::Output;

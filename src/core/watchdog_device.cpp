@@ -40,7 +40,7 @@ device::StatsDevice* Watchdog::Impl::device_for(const at::Tensor& t) {
 }
 
 EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
-                                       bool headroom, const GemmOperand* gemm) {
+                                       bool headroom, const GemmOperand* gemm, bool reuse_reads) {
   device::StatsDevice* dev = device_for(t);
   if (!dev) {
     if (gemm && t.defined()) {
@@ -76,7 +76,7 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
         return e;
       }
     }
-    return core::tensor_entry(stats_cache, t, role, index, sub, headroom);
+    return core::tensor_entry(stats_cache, t, role, index, sub, headroom, reuse_reads);
   }
   if (gemm && gemm->collect && !warned_device_collect) {
     warned_device_collect = true;
@@ -100,7 +100,7 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
     return e;
   }
   const bool own_slot = f.has_room(role);
-  if (own_slot && !fp8_role) {  // a probed operand is read under its own scale
+  if (own_slot && !fp8_role && reuse_reads) {  // a probed operand is read under its own scale
     if (const device::DeviceReadCache::Read* earlier = device_reads.find(t, headroom)) {
       ++device_counters.device_reads_reused;
       e.has_headroom = headroom;

@@ -207,8 +207,10 @@ struct Watchdog::Impl final : capture::Session {
   // The entry of one tensor: read on its device (deferred) when one takes it, else on the CPU
   // through the per-batch cache. `gemm` (optional) adds the FP8 probe of the frame's slot and the
   // statistics menu of the collections, from the same read.
+  // `reuse_reads` false: read `t` even if its memory was read in this batch and looks unchanged
+  // (the user's code, a collective, may have written it without LibTorch knowing).
   core::EntryRecord read_entry(core::FrameRecord& f, const at::Tensor& t, core::Role role, int index, int sub,
-                               bool headroom, const GemmOperand* gemm = nullptr);
+                               bool headroom, const GemmOperand* gemm = nullptr, bool reuse_reads = true);
   // The operand mask of a GEMM op (core::gemm_operands), cached by op-name id.
   uint32_t gemm_mask(uint32_t op);
   // Reads back what the device holds and runs the waiting frames through process_frame, in

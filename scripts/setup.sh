@@ -19,6 +19,7 @@ packages=(
   python3-protobuf python3-crc32c    # the tests' independent reader of TensorBoard files
   python3-torch python3-torchvision  # test fixtures: TorchScript models scripted at test time
   chromium                # the HTML report's test renders it headless and checks the DOM
+  g++-aarch64-linux-gnu   # every source file is compiled for aarch64 too (scripts/check_aarch64.sh)
 )
 
 missing=()

@@ -9,6 +9,7 @@
 #include "recipes/block_kernels.h"
 #include "recipes/block_lanes.h"
 #include "stats/fp8_round_lanes.h"
+#include "stats/isa.h"
 #include "stats/simd_level.h"
 
 namespace sentinel {
@@ -200,13 +201,13 @@ __attribute__((always_inline)) inline void cast_body(const float* p, int64_t nbl
 // One variant per level, block size and kind of scale, each the same body in its instruction set
 // and its register width.
 template <int kBlock, bool kPow2>
-__attribute__((target("arch=x86-64-v4"), noinline)) void cast_v4(const float* p, int64_t n, const float* enc,
+SENTINEL_ISA_V4 void cast_v4(const float* p, int64_t n, const float* enc,
                                                                  const float* dec, const uint8_t* path,
                                                                  const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   cast_body<64, kBlock, kPow2>(p, n, enc, dec, path, e, out);
 }
 template <int kBlock, bool kPow2>
-__attribute__((target("arch=x86-64-v3"), noinline)) void cast_v3(const float* p, int64_t n, const float* enc,
+SENTINEL_ISA_V3 void cast_v3(const float* p, int64_t n, const float* enc,
                                                                  const float* dec, const uint8_t* path,
                                                                  const stats::Fp8ProbeParams& e, stats::Fp8ProbeResult& out) {
   cast_body<32, kBlock, kPow2>(p, n, enc, dec, path, e, out);

@@ -10,6 +10,7 @@
 
 #include "recipes/block_lanes.h"
 #include "stats/fp8_round_lanes.h"
+#include "stats/isa.h"
 #include "stats/simd_level.h"
 
 namespace sentinel {
@@ -282,12 +283,12 @@ __attribute__((always_inline)) inline void scales_any(const float* amax, const f
 // One variant per level and block size, each the same body in its instruction set and its
 // register width.
 template <int kBlock>
-__attribute__((target("arch=x86-64-v4"), noinline)) void amaxes_v4(const float* p, int64_t n, float* a, float* lo,
+SENTINEL_ISA_V4 void amaxes_v4(const float* p, int64_t n, float* a, float* lo,
                                                                    uint8_t* s) {
   amaxes_body<64, kBlock>(p, n, a, lo, s);
 }
 template <int kBlock>
-__attribute__((target("arch=x86-64-v3"), noinline)) void amaxes_v3(const float* p, int64_t n, float* a, float* lo,
+SENTINEL_ISA_V3 void amaxes_v3(const float* p, int64_t n, float* a, float* lo,
                                                                    uint8_t* s) {
   amaxes_body<32, kBlock>(p, n, a, lo, s);
 }
@@ -296,12 +297,12 @@ __attribute__((noinline)) void amaxes_baseline(const float* p, int64_t n, float*
   amaxes_body<16, kBlock>(p, n, a, lo, s);
 }
 
-__attribute__((target("arch=x86-64-v4"), noinline)) void scales_v4(const float* a, const float* lo, const uint8_t* s,
+SENTINEL_ISA_V4 void scales_v4(const float* a, const float* lo, const uint8_t* s,
                                                                    int64_t n, const ScaleRule& r, const ScaleOut& o,
                                                                    ScaleTally& t) {
   scales_any(a, lo, s, n, r, o, t);
 }
-__attribute__((target("arch=x86-64-v3"), noinline)) void scales_v3(const float* a, const float* lo, const uint8_t* s,
+SENTINEL_ISA_V3 void scales_v3(const float* a, const float* lo, const uint8_t* s,
                                                                    int64_t n, const ScaleRule& r, const ScaleOut& o,
                                                                    ScaleTally& t) {
   scales_any(a, lo, s, n, r, o, t);

@@ -172,13 +172,13 @@ __attribute__((always_inline)) inline bool stats_and_probe_body(const float* p, 
 
 // One variant per level (simd_level.h) and mode, each the same body in its instruction set.
 template <bool kStats>
-__attribute__((target("arch=x86-64-v4"), noinline)) bool stats_and_probe_v4(const float* p, int64_t n, float min_normal,
+SENTINEL_ISA_V4 bool stats_and_probe_v4(const float* p, int64_t n, float min_normal,
                                                                             const Fp8ProbeParams& c,
                                                                             AbsStatsAccumulator<float>& acc, ProbeSums& out) {
   return stats_and_probe_body<64, kStats>(p, n, min_normal, c, acc, out);
 }
 template <bool kStats>
-__attribute__((target("arch=x86-64-v3"), noinline)) bool stats_and_probe_v3(const float* p, int64_t n, float min_normal,
+SENTINEL_ISA_V3 bool stats_and_probe_v3(const float* p, int64_t n, float min_normal,
                                                                             const Fp8ProbeParams& c,
                                                                             AbsStatsAccumulator<float>& acc, ProbeSums& out) {
   return stats_and_probe_body<32, kStats>(p, n, min_normal, c, acc, out);
@@ -205,7 +205,7 @@ __attribute__((always_inline)) inline uint32_t count_above_body(const float* p, 
   for (int64_t i = 0; i < n; ++i) count += std::fabs(p[i]) > threshold;
   return count;
 }
-__attribute__((target("arch=x86-64-v3"), noinline)) uint32_t count_above_v3(const float* p, int64_t n, float threshold) {
+SENTINEL_ISA_V3 uint32_t count_above_v3(const float* p, int64_t n, float threshold) {
   return count_above_body(p, n, threshold);
 }
 __attribute__((noinline)) uint32_t count_above_baseline(const float* p, int64_t n, float threshold) {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "stats/isa.h"
 #include "stats/simd_level.h"
 #include "stats/stats_accumulator.h"
 
@@ -305,7 +306,7 @@ __attribute__((always_inline)) inline void reduce_float_bits_body(const float* p
 
 // The body compiled once per level; the always_inline bodies take each variant's instructions.
 template <typename F>
-__attribute__((target("avx2"), noinline)) void reduce_contiguous_avx2(const F* p, int64_t len, F min_normal,
+SENTINEL_ISA_AVX2 void reduce_contiguous_avx2(const F* p, int64_t len, F min_normal,
                                                                       AbsStatsAccumulator<F>& acc) {
   if constexpr (std::is_same_v<F, float>) {
     reduce_float_bits_body<32>(p, len, min_normal, acc);
@@ -412,12 +413,12 @@ __attribute__((always_inline)) inline void moments_chunk_body(const float* p, in
 }
 
 template <typename Unused = void>
-__attribute__((target("arch=x86-64-v4"), noinline)) void moments_chunk_v4(const float* p, int64_t len,
+SENTINEL_ISA_V4 void moments_chunk_v4(const float* p, int64_t len,
                                                                           MomentsAccumulator& out) {
   moments_chunk_body<64>(p, len, out);
 }
 template <typename Unused = void>
-__attribute__((target("avx2"), noinline)) void moments_chunk_avx2(const float* p, int64_t len, MomentsAccumulator& out) {
+SENTINEL_ISA_AVX2 void moments_chunk_avx2(const float* p, int64_t len, MomentsAccumulator& out) {
   moments_chunk_body<32>(p, len, out);
 }
 template <typename Unused = void>

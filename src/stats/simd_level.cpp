@@ -1,5 +1,7 @@
 #include "stats/simd_level.h"
 
+#include "stats/isa.h"
+
 #include <sentinel/errors.h>
 
 #include <atomic>
@@ -10,9 +12,11 @@ namespace stats {
 namespace {
 
 SimdLevel best_level() {
+#if SENTINEL_X86_LEVELS
   __builtin_cpu_init();
   if (__builtin_cpu_supports("x86-64-v4")) return SimdLevel::V4;
   if (__builtin_cpu_supports("x86-64-v3")) return SimdLevel::V3;
+#endif
   return SimdLevel::Baseline;
 }
 
@@ -23,7 +27,11 @@ std::atomic<int> forced{-1};
 
 const char* to_string(SimdLevel level) {
   switch (level) {
+#if SENTINEL_X86_LEVELS
     case SimdLevel::Baseline: return "x86-64 baseline";
+#else
+    case SimdLevel::Baseline: return "portable";
+#endif
     case SimdLevel::V3: return "x86-64-v3 (AVX2)";
     case SimdLevel::V4: return "x86-64-v4 (AVX-512)";
   }

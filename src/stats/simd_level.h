@@ -9,7 +9,7 @@ namespace sentinel {
 namespace stats {
 
 enum class SimdLevel : int {
-  Baseline = 0,  // x86-64 (SSE2)
+  Baseline = 0,  // x86-64 (SSE2); the portable variant elsewhere (NEON on aarch64)
   V3 = 1,        // x86-64-v3: AVX2, FMA
   V4 = 2,        // x86-64-v4: AVX-512
 };

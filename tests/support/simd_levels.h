@@ -3,6 +3,8 @@
 // so that every variant of the statistics and FP8 loops is tested whatever level the CPU picks.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <string>
 #include <vector>
 
 #include "stats/simd_level.h"
@@ -24,6 +26,19 @@ struct ForcedSimdLevel {
   ForcedSimdLevel& operator=(const ForcedSimdLevel&) = delete;
 };
 
+// Says which levels a test ran and which this CPU cannot run (an AVX2 machine cannot run the
+// AVX-512 variant: it is tested on the machines that have it).
+inline void say_simd_levels_run() {
+  std::string ran, not_here;
+  for (auto l : {sentinel::stats::SimdLevel::Baseline, sentinel::stats::SimdLevel::V3, sentinel::stats::SimdLevel::V4}) {
+    std::string& to = sentinel::stats::cpu_supports(l) ? ran : not_here;
+    to += (to.empty() ? "" : ", ") + std::string(sentinel::stats::to_string(l));
+  }
+  ::testing::Test::RecordProperty("simd_levels_run", ran);
+  std::cout << "[ simd     ] ran at: " << ran << (not_here.empty() ? "" : "; not runnable on this CPU: " + not_here)
+            << std::endl;
+}
+
 template <typename Body>
 void at_every_simd_level(Body&& body) {
   for (auto level : runnable_simd_levels()) {
@@ -31,6 +46,7 @@ void at_every_simd_level(Body&& body) {
     ForcedSimdLevel forced(level);
     body();
   }
+  say_simd_levels_run();
 }
 
 }  // namespace sentinel_test

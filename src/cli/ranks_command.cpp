@@ -1,4 +1,5 @@
 #include "cli/ranks_command.h"
+#include "report/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -136,7 +137,7 @@ int summarize_ranks(const std::string& dir, std::ostream& out, std::ostream& err
       if (ranks.is_object() && ranks.contains("role")) out << ", role " << ranks.value("role", std::string());
       if (kind == "nonfinite" && !j["frames"].empty()) out << ", at " << frame_text(j["frames"].back());
       const json missing = ranks.value("missing", json::array());
-      if (missing.is_array() && !missing.empty()) out << ", did not hear from rank(s) " << missing.dump();
+      if (missing.is_array() && !missing.empty()) out << ", did not hear from rank(s) " << report::json_text(missing);
       out << "  [rank" << r << "/" << rep.file << "]\n";
     }
   }

@@ -1,10 +1,11 @@
 #include "dumps/tensor_dumps.h"
+#include "report/json_text.h"
 
 #include <sentinel/errors.h>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
-#include <ATen/record_function.h>
+#include "capture/op_call.h"
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <fmt/format.h>
@@ -61,7 +62,7 @@ c10::IValue standalone(const c10::IValue& v) {
 
 // The copies a dump makes are the sentinel's, not the model's: a profiler must not see them.
 std::vector<char> pickle_tuple(const std::vector<c10::IValue>& values) {
-  at::DisableRecordFunctionGuard not_recorded;
+  capture::NotRecorded not_recorded;
   std::vector<c10::IValue> elements;
   for (const auto& v : values) elements.push_back(standalone(v));
   return torch::jit::pickle_save(c10::ivalue::Tuple::create(std::move(elements)));
@@ -70,7 +71,7 @@ std::vector<char> pickle_tuple(const std::vector<c10::IValue>& values) {
 }  // namespace
 
 std::vector<char> pickle_tensor(const at::Tensor& t) {
-  at::DisableRecordFunctionGuard not_recorded;
+  capture::NotRecorded not_recorded;
   return torch::jit::pickle_save(standalone(t));
 }
 
@@ -162,7 +163,7 @@ std::string save_op_dump(const std::string& dir, const OpDump& op, const std::ve
   nlohmann::json j = {{"op", op.op},         {"overload", op.overload}, {"module_path", op.module_path},
                       {"batch", op.batch},   {"in_place", op.in_place}, {"inputs", "inputs.pt"},
                       {"outputs", "outputs.pt"}};
-  const std::string text = j.dump(2) + "\n";
+  const std::string text = report::json_text(j, 2) + "\n";
   std::string error = write_file(fs::path(dir) / "inputs.pt", in);
   if (error.empty()) error = write_file(fs::path(dir) / "outputs.pt", outs);
   if (error.empty()) error = write_file(fs::path(dir) / "op.json", std::vector<char>(text.begin(), text.end()));

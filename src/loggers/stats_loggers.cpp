@@ -1,4 +1,5 @@
 #include "loggers/stats_loggers.h"
+#include "report/json_text.h"
 
 #include <sentinel/errors.h>
 
@@ -84,7 +85,7 @@ class JsonLinesLogger : public StatsLogger {
       } else {
         j["value"] = std::isnan(r.value) ? "nan" : (r.value > 0 ? "inf" : "-inf");
       }
-      text += j.dump() + "\n";
+      text += report::json_text(j) + "\n";
     }
     file_.write(text);
   }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "report/json_text.h"
+
 namespace sentinel {
 
 namespace {
@@ -17,7 +19,7 @@ nlohmann::json number(double v) {
 }
 
 nlohmann::json entry_json(const Entry& e) {
-  nlohmann::json j{{"label", e.label}, {"kind", to_string(e.kind)}};
+  nlohmann::json j{{"label", e.label}, {"role", to_string(e.role)}, {"kind", to_string(e.kind)}};
   if (!e.dtype.empty()) j["dtype"] = e.dtype;
   if (e.kind == EntryKind::Skipped) j["skip_reason"] = e.skip_reason;
   if (e.has_headroom) {
@@ -70,7 +72,7 @@ nlohmann::json fp8_metrics_json(const Fp8SlotMetrics& m) {
 
 }  // namespace
 
-std::string fp8_metrics_json_line(const Fp8SlotMetrics& m) { return fp8_metrics_json(m).dump(); }
+std::string fp8_metrics_json_line(const Fp8SlotMetrics& m) { return report::json_text(fp8_metrics_json(m)); }
 
 std::string render_json(const Report& report) {
   nlohmann::json frames = nlohmann::json::array();
@@ -89,6 +91,7 @@ std::string render_json(const Report& report) {
                       {"outputs_finite", f.outputs_finite},
                       {"entries_omitted", f.entries_omitted},
                       {"entries", entries}});
+    if (!f.error.empty()) frames.back()["error"] = f.error;
   }
   nlohmann::json metrics = nlohmann::json::array();
   for (const auto& m : report.fp8_metrics) metrics.push_back(fp8_metrics_json(m));
@@ -127,7 +130,7 @@ std::string render_json(const Report& report) {
                    {"deferred", report.deferred},
                    {"frames", frames}};
   if (!report.dump_dir.empty()) j["dump_dir"] = report.dump_dir;
-  return j.dump(2) + "\n";
+  return report::json_text(j, 2) + "\n";
 }
 
 }  // namespace sentinel

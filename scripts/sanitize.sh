@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite under the sanitizers, each build in its own directory:
-#   build-asan: AddressSanitizer + UndefinedBehaviorSanitizer, the whole suite (not `slow`);
+#   build-asan: AddressSanitizer + UndefinedBehaviorSanitizer, the whole suite (not `slow`), in
+#               the Debug configuration (asserts on, NDEBUG not defined);
 #   build-tsan: ThreadSanitizer, the multi-threaded tests (LibTorch's own libraries are not
 #               instrumented: tests/tsan.supp ignores what they call).
 # -O1 without debug info: reports still name the functions, and the builds compile several times
@@ -14,8 +15,10 @@ generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 common=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSENTINEL_ENABLE_CUDA=OFF -DSENTINEL_BUILD_BENCHMARKS=OFF)
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer (build-asan)"
-cmake -S . -B build-asan "${generator[@]}" "${common[@]}" -DSENTINEL_SANITIZE=ON >/dev/null
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer, Debug configuration (build-asan)"
+# Debug: without NDEBUG, as a user's Debug build sees LibTorch's headers (asserts on), at -O1.
+cmake -S . -B build-asan "${generator[@]}" "${common[@]}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O1 \
+  -DSENTINEL_SANITIZE=ON >/dev/null
 # LibTorch keeps allocations alive until exit by design: leak checking would report those, also
 # when the build lists each test binary's tests.
 ASAN_OPTIONS=detect_leaks=0 cmake --build build-asan -j "$jobs"

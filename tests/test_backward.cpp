@@ -3,6 +3,8 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <ATen/ThreadLocalState.h>
+
 #include <sentinel/sentinel.h>
 
 #include <algorithm>
@@ -282,7 +284,13 @@ TEST(Backward, NodesRunOnAThreadThatNeverRanABatchAreWatched) {
     loss = model->forward(small_input());
     batch.finish();
   }
-  std::thread([&] { loss.backward(); }).join();
+  // As LibTorch's autograd runs CUDA nodes: on a worker thread of its own, under the thread-local
+  // state (RecordFunction callbacks included) of the thread that called backward().
+  const at::ThreadLocalState callers_state;
+  std::thread([&] {
+    at::ThreadLocalStateGuard as_the_caller(callers_state);
+    loss.backward();
+  }).join();
   const auto report = expect_nonfinite([&] { watch.check(); });
   EXPECT_EQ(report.trigger().op, "SqrtBackward0");
   EXPECT_EQ(report.trigger().module_path, "head");

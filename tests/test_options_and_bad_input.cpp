@@ -134,6 +134,17 @@ TEST(OddTensors, AreLabelledAndNeverCrash) {
   EXPECT_TRUE(reasons.count("meta"));
   EXPECT_TRUE(reasons.count("sparse"));
   EXPECT_TRUE(saw_int_input);
+  // LibTorch logs and swallows what a callback throws, dropping the frame: every odd op must
+  // have its frame, whole.
+  std::map<std::string, int> ops;
+  for (const auto& f : debug.saved_frames()) {
+    ++ops[f.op];
+    EXPECT_TRUE(f.error.empty()) << f.op << ": " << f.error;
+  }
+  EXPECT_EQ(ops["aten::embedding"], 1);
+  EXPECT_EQ(ops["aten::to_sparse"], 1);
+  EXPECT_EQ(ops["aten::sum"], 1);
+  EXPECT_GE(ops["aten::mul"], 4);  // the transposed copy, the meta, sparse and bf16 products
 }
 
 }  // namespace

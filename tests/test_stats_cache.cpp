@@ -7,13 +7,13 @@
 #include <functional>
 #include <sstream>
 
-#include "core/stats_cache.h"
+#include "frames/stats_cache.h"
 #include "support/test_models.h"
 
 namespace {
 
 using sentinel::TensorStats;
-using sentinel::core::StatsCache;
+using sentinel::frames::StatsCache;
 
 TEST(StatsCache, ViewsCoveringTheSameMemoryShareOneRead) {
   StatsCache cache;

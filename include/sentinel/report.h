@@ -17,8 +17,18 @@ enum class EntryKind {
   Skipped,     // a tensor the sentinel does not read; `skip_reason` says why
 };
 
+// What a tensor is to its frame's op. Carried as data, never read back from the label (a
+// parameter may be called `input_proj`).
+enum class EntryRole {
+  Parameter,  // a parameter the op used ("weight")
+  Input,      // an argument (backward frames: an incoming gradient)
+  Output,     // a result (backward frames: a gradient the node passes on)
+  Gradient,   // a parameter's gradient (AccumulateGrad frames: "weight.grad")
+};
+
 struct Entry {
   std::string label;        // "weight", "input[0]", "output", "output[1][0]"
+  EntryRole role = EntryRole::Input;
   EntryKind kind = EntryKind::Tensor;
   std::string dtype;        // "float32", ... (tensors only)
   std::string skip_reason;  // "empty", "sparse", "meta", "not on cpu", "complex", ...
@@ -51,6 +61,8 @@ struct Frame {
   int64_t entries_omitted = 0; // entries beyond the per-frame limit (counted, checked, not kept)
   bool inputs_finite = true;   // all inputs and parameters finite
   bool outputs_finite = true;
+  // Not empty: reading this frame failed (what was thrown); it holds what was read before.
+  std::string error;
 };
 
 // One FP8 slot (module path x role) at one step under one recipe: what the cast did.
@@ -196,6 +208,7 @@ std::string render_fp8_recipe_table(const std::vector<Fp8SlotMetrics>& metrics);
 const char* to_string(Attribution a);
 const char* to_string(Direction d);
 const char* to_string(EntryKind k);
+const char* to_string(EntryRole r);
 const char* to_string(RankRole r);
 // The ranks' part of a text report ("" when world_size is 1).
 std::string render_ranks_text(const Report& report);

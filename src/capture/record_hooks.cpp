@@ -1,18 +1,91 @@
-// The one RecordFunction callback of the process, shared by every watchdog: it tracks op depth
-// and scopes per thread and passes the outermost ops to the session active on that thread.
+// The RecordFunction callback, and the only translation unit that reads RecordFunction itself.
+// LibTorch is built with NDEBUG, and RecordFunction has a member only without it: this file sees
+// the header as LibTorch was built (first include, before anything can include it otherwise),
+// and every other file reads an event through capture::OpCall.
+#ifndef NDEBUG
+#define NDEBUG
+#define SENTINEL_RESTORE_ASSERTS
+#endif
 #include <ATen/record_function.h>
+#ifdef SENTINEL_RESTORE_ASSERTS
+#undef NDEBUG
+#undef SENTINEL_RESTORE_ASSERTS
+#endif
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/operator_name.h>
 
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <thread>
 #include <utility>
 
+#include "capture/op_call.h"
 #include "capture/thread_state.h"
 
 namespace sentinel {
 namespace capture {
 
+// ---- OpCall, NotRecorded ----------------------------------------------------------------------
+
+OpCall::OpCall(const at::RecordFunction& fn, bool at_end) : fn_(fn), name_(fn.name()), seq_nr_(fn.seqNr()) {
+  if (at_end) {
+    const auto& out = fn.outputs();
+    outputs_ = c10::ArrayRef<c10::IValue>(out.data(), out.size());
+  } else {
+    const auto in = fn.inputs();
+    inputs_ = c10::ArrayRef<c10::IValue>(in.data(), in.size());
+  }
+}
+
+c10::optional<c10::OperatorName> OpCall::operator_name() const { return fn_.operator_name(); }
+c10::optional<c10::FunctionSchema> OpCall::schema() const { return fn_.operator_schema(); }
+
+NotRecorded::NotRecorded() : was_enabled_(at::isRecordFunctionEnabled()) { at::enableRecordFunction(false); }
+NotRecorded::~NotRecorded() { at::enableRecordFunction(was_enabled_); }
+
+// ---- SessionAnchor ----------------------------------------------------------------------------
+
 namespace {
-// Trivially destructible, so readable until the thread's very end: set once its state is gone.
+// Anchors this thread is inside of, so that closing one from inside its own callback (a report
+// callback that destroys the watchdog) does not wait for itself. Trivially destructible: readable
+// until the thread's very end.
+constexpr int kMaxNested = 32;
+thread_local const SessionAnchor* entered_here[kMaxNested];
+thread_local int entered_count = 0;
+}  // namespace
+
+SessionAnchor::Use::Use(SessionAnchor* anchor) {
+  anchor->inside_.fetch_add(1);
+  Session* s = anchor->session_.load();
+  if (s == nullptr) {
+    anchor->inside_.fetch_sub(1);
+    return;
+  }
+  anchor_ = anchor;
+  session_ = s;
+  if (entered_count < kMaxNested) entered_here[entered_count] = anchor;
+  ++entered_count;
+}
+
+SessionAnchor::Use::~Use() {
+  if (anchor_ == nullptr) return;
+  --entered_count;
+  anchor_->inside_.fetch_sub(1);
+}
+
+void SessionAnchor::close() {
+  session_.store(nullptr);
+  int own = 0;
+  for (int i = 0; i < std::min(entered_count, kMaxNested); ++i) own += entered_here[i] == this;
+  // Callbacks on other threads finish what they started; they never wait for this thread.
+  while (inside_.load() > own) std::this_thread::yield();
+}
+
+// ---- Thread state -----------------------------------------------------------------------------
+
+namespace {
 thread_local bool state_destroyed = false;
 struct StateOfThread {
   ThreadState state;
@@ -29,30 +102,102 @@ bool thread_state_destroyed() { return state_destroyed; }
 
 namespace {
 std::mutex last_session_mutex;
-std::weak_ptr<Session> last_session;
+std::weak_ptr<SessionAnchor> last_session;
 }  // namespace
 
-void note_batch_session(const std::weak_ptr<Session>& session) {
+void note_batch_session(const std::weak_ptr<SessionAnchor>& session) {
   std::lock_guard<std::mutex> lock(last_session_mutex);
   last_session = session;
 }
 
-std::shared_ptr<Session> last_batch_session_in_process() {
+std::shared_ptr<SessionAnchor> last_batch_session_in_process() {
   std::lock_guard<std::mutex> lock(last_session_mutex);
   return last_session.lock();
 }
 
+// ---- The per-op protocol ----------------------------------------------------------------------
+
 namespace {
 
-std::mutex registration_mutex;
-int registration_count = 0;
-at::CallbackHandle registration_handle = 0;
+const char* what_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& error) {
+    // The message outlives the handler only as long as the exception: copied into a buffer.
+    static thread_local char buffer[512];
+    std::strncpy(buffer, error.what(), sizeof buffer - 1);
+    buffer[sizeof buffer - 1] = '\0';
+    return buffer;
+  } catch (...) {
+  }
+  return "an exception that is not a std::exception";
+}
 
-Session* bound_torchscript_session(ThreadState& ts) {
+// Inside a catch: hands what was thrown back to the session, with the frame it concerns.
+void report_failure(Session& s, frames::FrameRecord* frame, bool keep_open) {
+  const char* what = what_of(std::current_exception());
+  if (frame) s.frame_failed(*frame, what, keep_open);
+  else s.callback_failed(what);
+}
+
+// Runs one session's hook; what it throws is caught here, never by LibTorch (which would log it
+// and drop the frame).
+template <typename Hook>
+void guarded(Session& s, frames::FrameRecord* frame, bool keep_open, Hook&& hook) {
+  try {
+    hook();
+  } catch (...) {
+    report_failure(s, frame, keep_open);
+  }
+}
+
+// A deque: slots never move, so a frame handed to the second thread stays where it was.
+OpenFrame& next_slot(std::deque<OpenFrame>& slots, size_t count) {
+  if (slots.size() <= count) slots.emplace_back();
+  return slots[count];
+}
+
+void open_op(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
+  OpenFrame& slot = next_slot(ts.open_frames, ts.open_frame_count);
+  auto use = anchor->enter();
+  if (!use) return;
+  slot.frame.reset();
+  bool opened = false;
+  try {
+    opened = use.get()->op_start(call, slot.frame, ts);
+  } catch (...) {
+    // A start that failed after naming the op keeps its frame: the end reads the outputs.
+    opened = slot.frame.op != 0;
+    report_failure(*use.get(), opened ? &slot.frame : nullptr, true);
+  }
+  if (!opened) return;
+  slot.owner = anchor;
+  ++ts.open_frame_count;
+}
+
+void open_backward_node(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
+  OpenFrame& slot = next_slot(ts.open_backward, ts.open_backward_count);
+  auto use = anchor->enter();
+  if (!use) return;
+  slot.frame.reset();
+  bool opened = false;
+  try {
+    opened = use.get()->backward_node_start(call, slot.frame, ts);
+  } catch (...) {
+    opened = slot.frame.op != 0;
+    report_failure(*use.get(), opened ? &slot.frame : nullptr, true);
+  }
+  if (!opened) return;
+  slot.owner = anchor;
+  ++ts.open_backward_count;
+}
+
+std::shared_ptr<SessionAnchor> bound_torchscript_session(ThreadState& ts) {
   for (auto it = ts.bound.rbegin(); it != ts.bound.rend(); ++it) {
-    if (auto s = it->lock()) {
-      if (s->opens_batches_on_torchscript_forward()) return s.get();
-    }
+    auto anchor = it->lock();
+    if (!anchor) continue;
+    auto use = anchor->enter();
+    if (use && use.get()->opens_batches_on_torchscript_forward()) return anchor;
   }
   return nullptr;
 }
@@ -62,29 +207,38 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   switch (fn.scope()) {
     case at::RecordScope::FUNCTION:
       // Nested ops (the mm inside a linear, the empty inside a dropout) are ignored.
-      if (ts.op_depth++ == 0 && ts.backward_depth == 0) {
-        if (Session* s = ts.active()) s->op_start(fn, ts);
+      if (ts.op_depth++ == 0 && ts.backward_depth == 0 && ts.any_active()) {
+        const OpCall call(fn, /*at_end=*/false);
+        ts.open_frame_count = 0;
+        ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_op(ts, a, call); });
       }
       break;
     case at::RecordScope::BACKWARD_FUNCTION:
       if (ts.backward_depth++ == 0) {
-        Session* s = ts.active();
-        std::shared_ptr<Session> last;
-        if (!s && (last = ts.last_batch_session.lock())) s = last.get();
-        // A thread that never ran a batch itself: an autograd worker (CUDA nodes run on one).
-        if (!s && ts.bound.empty() && (last = last_batch_session_in_process())) s = last.get();
-        if (s) {
-          ts.backward_node_op_depth = ts.op_depth;
-          s->backward_node_start(fn, ts);
+        const OpCall call(fn, /*at_end=*/false);
+        ts.open_backward_count = 0;
+        ts.backward_node_op_depth = ts.op_depth;
+        if (ts.any_active()) {
+          ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_backward_node(ts, a, call); });
+        } else {
+          auto last = ts.last_batch_session.lock();
+          // A thread that never ran a batch itself: an autograd worker (CUDA nodes run on one).
+          if (!last && ts.bound.empty()) last = last_batch_session_in_process();
+          if (last) open_backward_node(ts, last, call);
         }
       }
       break;
     case at::RecordScope::TORCHSCRIPT_FUNCTION:
       // Only a top-level `forward` is a batch (TorchScript also runs helpers such as `defaults`).
-      if (ts.torchscript_depth++ == 0 && ts.active() == nullptr && std::strcmp(fn.name(), "forward") == 0) {
-        if (Session* s = bound_torchscript_session(ts)) {
-          ts.auto_batch = s;
-          s->begin_auto_batch();
+      if (ts.torchscript_depth++ == 0 && !ts.any_active() && std::strcmp(fn.name(), "forward") == 0) {
+        if (auto anchor = bound_torchscript_session(ts)) {
+          auto use = anchor->enter();
+          if (use) {
+            ts.auto_batch = anchor;
+            ts.last_batch_session = anchor;
+            note_batch_session(anchor);
+            guarded(*use.get(), nullptr, false, [&] { use.get()->begin_auto_batch(); });
+          }
         }
       }
       break;
@@ -104,6 +258,8 @@ struct DepthRelease {
   ~DepthRelease() { --depth; }
 };
 
+void remove_callback_if_unneeded(ThreadState& ts);
+
 void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
@@ -112,25 +268,50 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
       // no hook sees, so the hooks need no RecordFunction guard (whose every use copies
       // LibTorch's thread-local callback lists).
       const DepthRelease release{ts.op_depth};
-      if (ts.op_depth == 1 && ts.open_frame_owner != nullptr) {
-        std::exchange(ts.open_frame_owner, nullptr)->op_end(fn, ts);
-      } else if (ts.open_backward_owner != nullptr && ts.op_depth == ts.backward_node_op_depth + 1) {
-        ts.open_backward_owner->backward_op_end(fn, ts);
+      if (ts.op_depth == 1 && ts.open_frame_count > 0) {
+        const OpCall call(fn, /*at_end=*/true);
+        const size_t n = std::exchange(ts.open_frame_count, 0);
+        for (size_t i = 0; i < n; ++i) {
+          OpenFrame& slot = ts.open_frames[i];
+          const auto owner = std::move(slot.owner);
+          auto use = owner->enter();
+          if (!use) continue;
+          guarded(*use.get(), &slot.frame, false, [&] { use.get()->op_end(call, slot.frame, ts); });
+        }
+        ts.ending_op.inputs.clear();  // the arguments' tensors are not kept alive past their op
+      } else if (ts.open_backward_count > 0 && ts.op_depth == ts.backward_node_op_depth + 1) {
+        const OpCall call(fn, /*at_end=*/true);
+        for (size_t i = 0; i < ts.open_backward_count; ++i) {
+          OpenFrame& slot = ts.open_backward[i];
+          auto use = slot.owner->enter();
+          if (!use) continue;
+          guarded(*use.get(), &slot.frame, true, [&] { use.get()->backward_op_end(call, slot.frame, ts); });
+        }
+      } else if (ts.op_depth == 1 && ts.callback != 0 && !ts.any_active()) {
+        remove_callback_if_unneeded(ts);
       }
       break;
     }
     case at::RecordScope::BACKWARD_FUNCTION: {
       const DepthRelease release{ts.backward_depth};
-      if (ts.backward_depth == 1 && ts.open_backward_owner != nullptr) {
-        std::exchange(ts.open_backward_owner, nullptr)->backward_node_end(ts);
+      if (ts.backward_depth == 1 && ts.open_backward_count > 0) {
+        const size_t n = std::exchange(ts.open_backward_count, 0);
+        for (size_t i = 0; i < n; ++i) {
+          OpenFrame& slot = ts.open_backward[i];
+          const auto owner = std::move(slot.owner);
+          auto use = owner->enter();
+          if (!use) continue;
+          guarded(*use.get(), &slot.frame, false, [&] { use.get()->backward_node_end(slot.frame, ts); });
+        }
       }
       break;
     }
     case at::RecordScope::TORCHSCRIPT_FUNCTION:
       if (--ts.torchscript_depth == 0 && ts.auto_batch != nullptr) {
-        Session* s = ts.auto_batch;
+        const auto anchor = std::move(ts.auto_batch);
         ts.auto_batch = nullptr;
-        s->end_auto_batch();
+        auto use = anchor->enter();
+        if (use) guarded(*use.get(), nullptr, false, [&] { use.get()->end_auto_batch(); });
       }
       break;
     case at::RecordScope::USER_SCOPE:
@@ -142,26 +323,94 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   }
 }
 
+// ---- This thread's callback -------------------------------------------------------------------
+
+bool live(const std::weak_ptr<SessionAnchor>& w) {
+  auto a = w.lock();
+  return a && !a->closed();
+}
+
+bool needs_callback(const ThreadState& ts) {
+  if (ts.any_active() || ts.open_frame_count > 0 || ts.open_backward_count > 0) return true;
+  if (live(ts.last_batch_session)) return true;
+  for (const auto& w : ts.bound) {
+    if (live(w)) return true;
+  }
+  return false;
+}
+
+void add_callback(ThreadState& ts) {
+  if (ts.callback != 0) return;
+  ts.callback = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(on_start, on_end)
+          .needsInputs(true)
+          .needsOutputs(true)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                   at::RecordScope::TORCHSCRIPT_FUNCTION, at::RecordScope::USER_SCOPE}));
+}
+
+// A session destroyed on another thread cannot remove this thread's callback: the thread does it
+// itself, at an outermost op outside any batch, once every session it knew is gone. (The event
+// now ending keeps its own copy of the callbacks it runs.)
+void remove_callback_if_unneeded(ThreadState& ts) {
+  static thread_local uint32_t ops_since_check = 0;
+  if (++ops_since_check < 64) return;
+  ops_since_check = 0;
+  if (needs_callback(ts)) return;
+  at::removeCallback(ts.callback);
+  ts.callback = 0;
+}
+
 }  // namespace
 
-void acquire_callback() {
-  std::lock_guard<std::mutex> lock(registration_mutex);
-  if (registration_count++ == 0) {
-    registration_handle = at::addGlobalCallback(
-        at::RecordFunctionCallback(on_start, on_end)
-            .needsInputs(true)
-            .needsOutputs(true)
-            .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
-                     at::RecordScope::TORCHSCRIPT_FUNCTION, at::RecordScope::USER_SCOPE}));
+void bind_to_this_thread(const std::shared_ptr<SessionAnchor>& anchor) {
+  ThreadState& ts = thread_state();
+  ts.bound.push_back(anchor);
+  add_callback(ts);
+}
+
+void unbind_from_this_thread(const SessionAnchor* anchor) {
+  if (thread_state_destroyed()) return;
+  ThreadState& ts = thread_state();
+  for (auto it = ts.bound.begin(); it != ts.bound.end();) {
+    auto a = it->lock();
+    it = (!a || a.get() == anchor) ? ts.bound.erase(it) : it + 1;
+  }
+  for (auto it = ts.batches.begin(); it != ts.batches.end();) it = it->get() == anchor ? ts.batches.erase(it) : it + 1;
+  if (ts.auto_batch.get() == anchor) ts.auto_batch = nullptr;
+  ts.ending_op.inputs.clear();
+  if (ts.callback != 0 && !needs_callback(ts)) {
+    at::removeCallback(ts.callback);
+    ts.callback = 0;
   }
 }
 
-void release_callback() {
-  std::lock_guard<std::mutex> lock(registration_mutex);
-  if (--registration_count == 0) {
-    at::removeCallback(registration_handle);
-    registration_handle = 0;
+bool push_batch(const std::shared_ptr<SessionAnchor>& anchor) {
+  ThreadState& ts = thread_state();
+  if (batch_open_here(anchor.get())) return false;
+  ts.batches.push_back(anchor);
+  ts.last_batch_session = anchor;
+  note_batch_session(anchor);
+  add_callback(ts);
+  return true;
+}
+
+void pop_batch(const SessionAnchor* anchor) {
+  if (thread_state_destroyed()) return;
+  auto& batches = thread_state().batches;
+  for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
+    if (it->get() == anchor) {
+      batches.erase(std::next(it).base());
+      return;
+    }
   }
+}
+
+bool batch_open_here(const SessionAnchor* anchor) {
+  for (const auto& a : thread_state().batches) {
+    if (a.get() == anchor) return true;
+  }
+  return false;
 }
 
 }  // namespace capture

@@ -1,7 +1,9 @@
 #pragma once
 // Per-thread capture state. RecordFunction callbacks are plain function pointers, so everything
-// they need between a start and its end lives here.
+// they need between a start and its end lives here. Sessions are reached through anchors only
+// (src/capture/session.h): a session destroyed on another thread is never touched again.
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,7 +12,7 @@
 #include <c10/util/ArrayRef.h>
 
 #include "capture/session.h"
-#include "core/frame_record.h"
+#include "frames/frame_record.h"
 
 namespace torch {
 namespace nn {
@@ -22,16 +24,23 @@ namespace sentinel {
 namespace capture {
 
 struct ScopeEntry {
-  std::string name;                         // a named scope ("gate", RECORD_USER_SCOPE's name)
+  std::string name;                           // a named scope ("gate", RECORD_USER_SCOPE's name)
   const torch::nn::Module* module = nullptr;  // or a module scope
 };
 
+// The frame one session fills for the op (or autograd node) in flight.
+struct OpenFrame {
+  std::shared_ptr<SessionAnchor> owner;
+  frames::FrameRecord frame;
+};
+
 struct ThreadState {
-  // Sessions made on this thread, innermost last; weak so a session destroyed elsewhere is
-  // never touched again.
-  std::vector<std::weak_ptr<Session>> bound;
-  Session* explicit_batch = nullptr;  // batch() opened on this thread
-  Session* auto_batch = nullptr;      // TorchScript forward running on this thread
+  // Sessions made on this thread, innermost last.
+  std::vector<std::weak_ptr<SessionAnchor>> bound;
+  // Explicit batches (batch(), forward()) open on this thread, outermost first: every one of them
+  // watches the ops run while it is open.
+  std::vector<std::shared_ptr<SessionAnchor>> batches;
+  std::shared_ptr<SessionAnchor> auto_batch;  // TorchScript forward running on this thread
   int op_depth = 0;
   int torchscript_depth = 0;
   int backward_depth = 0;
@@ -39,30 +48,46 @@ struct ThreadState {
   std::vector<ScopeEntry> scopes;
   uint64_t scopes_version = 0;  // bumped on every push/pop, to cache the scope's place
 
-  // The frame of the outermost op in flight, filled between its start and end callbacks.
-  Session* open_frame_owner = nullptr;
-  core::FrameRecord open_frame;
+  // The frames of the outermost op in flight, one per session watching it; the vector keeps its
+  // capacity (no allocation per op).
+  std::deque<OpenFrame> open_frames;
+  size_t open_frame_count = 0;
 
   // Backward: a training step's backward usually runs after its forward's batch has ended
   // (debug.forward(x), then loss.backward()); it belongs to the session that ran the last batch
   // on this thread.
-  std::weak_ptr<Session> last_batch_session;
-  Session* open_backward_owner = nullptr;
+  std::weak_ptr<SessionAnchor> last_batch_session;
+  std::deque<OpenFrame> open_backward;
+  size_t open_backward_count = 0;
   int backward_node_op_depth = 0;  // op depth when the node started: its own ops are at this depth
-  core::FrameRecord open_backward_frame;
 
   // The outermost op in flight, for a dump of its arguments should its frame trip. The arguments
   // are held from its start: RecordFunction's view of them does not outlive the start callback
   // of an unboxed call. Cleared at its end (the vector keeps its capacity: no allocation per op).
   struct EndingOp {
-    const core::FrameRecord* frame = nullptr;  // set while its end callback runs
+    const frames::FrameRecord* frame = nullptr;  // set while its end callback runs
     std::string op, overload;
     std::vector<c10::IValue> inputs;
     c10::ArrayRef<c10::IValue> outputs;
     bool in_place = false;
   } ending_op;
 
-  Session* active() const { return explicit_batch ? explicit_batch : auto_batch; }
+  // This thread's own RecordFunction callback (0: none): registered while a session here may
+  // need it, so that threads no session watches pay nothing for the ops they run.
+  uint64_t callback = 0;
+
+  // The anchors whose batches watch an op starting now: every explicit batch, then the
+  // TorchScript batch (each once).
+  template <typename F>
+  void for_each_active(F&& f) const {
+    for (const auto& a : batches) f(a);
+    if (auto_batch) {
+      bool seen = false;
+      for (const auto& a : batches) seen = seen || a == auto_batch;
+      if (!seen) f(auto_batch);
+    }
+  }
+  bool any_active() const { return !batches.empty() || auto_batch != nullptr; }
 };
 
 ThreadState& thread_state();
@@ -73,13 +98,21 @@ bool thread_state_destroyed();
 
 // The session that last opened a batch anywhere in the process. A backward pass may run its nodes
 // on a thread that never ran a batch (LibTorch's autograd runs CUDA nodes on a worker thread per
-// device); such nodes belong to this session.
-void note_batch_session(const std::weak_ptr<Session>& session);
-std::shared_ptr<Session> last_batch_session_in_process();
+// device, with the callbacks of the thread that called backward()); such nodes belong to this session.
+void note_batch_session(const std::weak_ptr<SessionAnchor>& session);
+std::shared_ptr<SessionAnchor> last_batch_session_in_process();
 
-// Registers the process-wide RecordFunction callback while at least one session exists.
-void acquire_callback();
-void release_callback();
+// A session made on this thread: it opens TorchScript batches here and this thread's ops reach
+// the callback from now on.
+void bind_to_this_thread(const std::shared_ptr<SessionAnchor>& anchor);
+// Forgets `anchor` on this thread (bound, batches, open frames) and removes this thread's
+// callback when no session is left to need it. Call after anchor->close().
+void unbind_from_this_thread(const SessionAnchor* anchor);
+// Explicit batches: false when `anchor` already has one open on this thread (forward() inside
+// batch(): one batch).
+bool push_batch(const std::shared_ptr<SessionAnchor>& anchor);
+void pop_batch(const SessionAnchor* anchor);
+bool batch_open_here(const SessionAnchor* anchor);
 
 }  // namespace capture
 }  // namespace sentinel

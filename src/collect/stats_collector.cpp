@@ -75,7 +75,7 @@ bool StatsCollector::scheduled(const StatsCollection& c, int64_t step) const {
   return (step - c.start_step()) % c.freq() == 0;
 }
 
-uint64_t StatsCollector::selecting(uint32_t place, const core::PlaceTable& places) {
+uint64_t StatsCollector::selecting(uint32_t place, const frames::PlaceTable& places) {
   if (place >= selected_by_place_.size()) {
     selected_by_place_.resize(place + 1, 0);
     place_matched_.resize(place + 1, false);
@@ -92,7 +92,7 @@ uint64_t StatsCollector::selecting(uint32_t place, const core::PlaceTable& place
   return selected_by_place_[place];
 }
 
-bool StatsCollector::wants(int64_t step, uint32_t place, fp8::Role role, const core::PlaceTable& places) {
+bool StatsCollector::wants(int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places) {
   if (collections_.empty()) return false;
   const uint64_t mask = selecting(place, places);
   for (size_t i = 0; i < collections_.size(); ++i) {
@@ -107,7 +107,7 @@ void StatsCollector::add(uint32_t place, fp8::Role role, int64_t step, const sta
   slots_[std::make_pair(place, static_cast<int>(role))].combine(moments);
 }
 
-std::vector<StatRecord> StatsCollector::end_step(const std::vector<Fp8SlotMetrics>& fp8, const core::PlaceTable& places) {
+std::vector<StatRecord> StatsCollector::end_step(const std::vector<Fp8SlotMetrics>& fp8, const frames::PlaceTable& places) {
   std::vector<StatRecord> records;
   std::set<std::tuple<std::string, int, int>> seen;  // (layer, role, stat): once, whichever collection asks
   for (size_t i = 0; i < collections_.size(); ++i) {

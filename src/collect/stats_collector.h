@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/string_table.h"
+#include "frames/string_table.h"
 #include "stats/stats_accumulator.h"
 
 namespace sentinel {
@@ -26,13 +26,13 @@ class StatsCollector {
 
   bool enabled() const { return !collections_.empty(); }
   // Whether any collection reads this slot at this step.
-  bool wants(int64_t step, uint32_t place, fp8::Role role, const core::PlaceTable& places);
+  bool wants(int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places);
   // One use of the slot: its menu.
   void add(uint32_t place, fp8::Role role, int64_t step, const stats::MomentsAccumulator& moments);
   bool step_open() const { return !slots_.empty(); }
   // Closes the open step. `fp8` (the FP8 probe's metrics of the same step) gives underflows and
   // overflows; a slot the probe did not read gets no such records.
-  std::vector<StatRecord> end_step(const std::vector<Fp8SlotMetrics>& fp8, const core::PlaceTable& places);
+  std::vector<StatRecord> end_step(const std::vector<Fp8SlotMetrics>& fp8, const frames::PlaceTable& places);
 
   // Throws sentinel::OptionError when a collection's layers match none of the model's modules.
   void check_layers(const std::vector<std::string>& module_paths) const;
@@ -46,7 +46,7 @@ class StatsCollector {
     uint32_t roles = 0;  // bit per fp8::Role
   };
   bool scheduled(const StatsCollection& c, int64_t step) const;
-  uint64_t selecting(uint32_t place, const core::PlaceTable& places);  // bit per collection
+  uint64_t selecting(uint32_t place, const frames::PlaceTable& places);  // bit per collection
 
   std::vector<Collection> collections_;
   std::vector<uint64_t> selected_by_place_;

@@ -2,7 +2,7 @@
 #include <sentinel/stats.h>
 
 #include <ATen/core/Tensor.h>
-#include <ATen/record_function.h>
+#include "capture/op_call.h"
 #include <c10/core/InferenceMode.h>
 
 #include <iostream>
@@ -16,7 +16,7 @@ bool detect_overflow(const at::Tensor& tensor, const std::string& ctx) {
 }
 
 bool detect_overflow(const at::Tensor& tensor, const std::string& ctx, std::ostream& out) {
-  at::DisableRecordFunctionGuard no_recursion;
+  capture::NotRecorded no_recursion;
   c10::InferenceMode no_autograd;
   TensorStats s;
   if (stats::compute(tensor, s) != stats::Readability::Read) return false;

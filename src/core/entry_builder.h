@@ -4,12 +4,17 @@
 #include <ATen/core/Tensor.h>
 
 #include "core/fp8_monitor.h"
-#include "core/frame_record.h"
-#include "core/stats_cache.h"
+#include "frames/frame_record.h"
+#include "frames/stats_cache.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {
 namespace core {
+
+using frames::EntryRecord;
+using frames::Role;
+using frames::EntryState;
+using frames::StatsCache;
 
 inline EntryRecord make_entry(Role role, int index, int sub) {
   EntryRecord e;

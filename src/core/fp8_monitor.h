@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/string_table.h"
+#include "frames/string_table.h"
 #include "recipes/recipe_probe.h"
 #include "stats/fp8_probe.h"
 #include "stats/fp8_probe_math.h"
@@ -23,6 +23,8 @@ class Tensor;
 
 namespace sentinel {
 namespace core {
+
+using frames::PlaceTable;
 
 class Fp8Monitor {
  public:

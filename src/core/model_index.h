@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/string_table.h"
+#include "frames/string_table.h"
 
 namespace at {
 class Tensor;
@@ -25,6 +25,9 @@ struct Module;
 
 namespace sentinel {
 namespace core {
+
+using frames::StringTable;
+using frames::PlaceTable;
 
 struct ParamRef {
   uint32_t place;  // the owning module

@@ -3,7 +3,6 @@
 
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
-#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "capture/thread_state.h"
 #include "core/watchdog_impl.h"
 #include "report/report_files.h"
 #include "report/stack_trace.h"
@@ -31,10 +31,8 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       dumper(opts.dumps(), opts.log_dir()),
       ranks(std::make_unique<ranks::RankSession>(opts.ranks())),
       files_dir(ranks->files_dir(opts.report_dir())) {
-  // A non-owning handle: threads hold weak copies that expire when this resets.
-  alive = std::shared_ptr<capture::Session>(static_cast<capture::Session*>(this), [](capture::Session*) {});
-  capture::thread_state().bound.push_back(alive);
-  capture::acquire_callback();
+  anchor = std::make_shared<capture::SessionAnchor>(this);
+  capture::bind_to_this_thread(anchor);
 }
 
 void Watchdog::Impl::attach_collections() {
@@ -61,35 +59,63 @@ void Watchdog::Impl::attach_collections() {
 }
 
 Watchdog::Impl::~Impl() {
-  {
-    // The last step's statistics (a training step whose next batch never came) are not lost.
+  // From here on no callback enters this session, and those inside (on other threads) are out.
+  anchor->close();
+  // Nothing is thrown out of a destructor: what fails is said.
+  auto say = [this](const char* what) noexcept {
+    try {
+      opts.output() << "sentinel: while the watchdog was destroyed: " << what << "\n" << std::flush;
+    } catch (...) {
+    }
+  };
+  try {
     std::unique_lock<std::mutex> lock(mutex);
+    // What the device still holds (a NaN in the backward after the last batch) is reported, and
+    // the last step's statistics and FP8 alarm (a step whose next batch never came) delivered.
+    resolve_deferred(lock);
+    if (!lock.owns_lock()) lock.lock();
     close_fp8_step_locked();
-    pending_alarm.reset();
+  } catch (const std::exception& e) {
+    say(e.what());
+  } catch (...) {
+    say("an exception that is not a std::exception");
   }
-  deliver_stats();
-  if (loggers) loggers->flush(opts.output());
-  capture::release_callback();
-  // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
-  ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
+  try {
+    deliver_step_outcome();
+    if (loggers) loggers->flush(opts.output());
+  } catch (const std::exception& e) {
+    say(e.what());
+  } catch (...) {
+    say("an exception that is not a std::exception");
+  }
+  try {
+    // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
+    ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
+  } catch (...) {
+  }
   // A watchdog kept in a static or thread_local object outlives this thread's state: nothing of
-  // it is left to unbind.
-  if (capture::thread_state_destroyed()) {
-    alive.reset();
-    return;
+  // it is left to unbind (unbind_from_this_thread checks).
+  capture::unbind_from_this_thread(anchor.get());
+}
+
+void Watchdog::Impl::frame_failed(frames::FrameRecord& f, const char* what, bool keep) noexcept {
+  try {
+    std::unique_lock<std::mutex> lock(mutex);
+    collect_side_reads(f);
+    if (f.error == 0) f.error = strings.intern(what);
+    if (keep || f.finished || stopped || !batches.open()) return;
+    // The end failed: the frame is kept with what it holds, and detection runs on it.
+    finish_frame(f, lock);
+  } catch (...) {
+    callback_failed(what);
   }
-  auto& bound = capture::thread_state().bound;
-  for (auto it = bound.begin(); it != bound.end();) {
-    auto s = it->lock();
-    it = (!s || s.get() == this) ? bound.erase(it) : it + 1;
+}
+
+void Watchdog::Impl::callback_failed(const char* what) noexcept {
+  try {
+    opts.output() << "sentinel: an error inside a RecordFunction callback: " << what << "\n" << std::flush;
+  } catch (...) {
   }
-  auto& ts = capture::thread_state();
-  if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
-  if (ts.auto_batch == this) ts.auto_batch = nullptr;
-  if (ts.open_frame_owner == this) ts.open_frame_owner = nullptr;
-  if (ts.open_backward_owner == this) ts.open_backward_owner = nullptr;
-  ts.ending_op.inputs.clear();
-  alive.reset();
 }
 
 void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
@@ -105,8 +131,6 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   forward_ops.clear();
   backward_in_batch = false;
   backward_ran_in_batch = false;
-  capture::thread_state().last_batch_session = alive;
-  capture::note_batch_session(alive);
   if (batches.begin()) {
     opts.output() << batch_header(batches.current(), ranks->distributed() ? ranks->identity().rank : -1)
                   << std::flush;
@@ -178,12 +202,11 @@ void Watchdog::Impl::end_auto_batch() {
 }
 
 bool Watchdog::Impl::begin_explicit_batch() {
-  auto& ts = capture::thread_state();
-  if (ts.explicit_batch == this) return false;  // forward() inside batch(): one batch
+  if (capture::batch_open_here(anchor.get())) return false;  // forward() inside batch(): one batch
   {
     std::unique_lock<std::mutex> lock(mutex);
     begin_batch_locked(lock);
-    ts.explicit_batch = this;
+    capture::push_batch(anchor);
   }
   deliver_step_outcome();
   return true;
@@ -218,8 +241,7 @@ void Watchdog::Impl::close_explicit_batch() {
     check_parameter_gradients();
     grads_at_batch_end = false;
   }
-  auto& ts = capture::thread_state();
-  if (ts.explicit_batch == this) ts.explicit_batch = nullptr;
+  capture::pop_batch(anchor.get());
   {
     std::unique_lock<std::mutex> lock(mutex);
     end_batch_locked(lock);
@@ -264,7 +286,7 @@ void Watchdog::Impl::deliver_stats() {
 void Watchdog::Impl::deliver_step_outcome() {
   // May run inside a RecordFunction callback (TorchScript batches): what the user's callback
   // does must not be recorded as the model's ops.
-  at::DisableRecordFunctionGuard not_recorded;
+  capture::NotRecorded not_recorded;
   write_pending_trace();
   deliver_stats();  // before an alarm whose action may abort
   std::optional<Report> alarm;
@@ -327,7 +349,7 @@ void Watchdog::Impl::throw_pending() {
 }
 
 // Called with the lock held and the detecting frame just pushed.
-void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const core::FrameRecord* f) {
+void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::FrameRecord* f) {
   Report report = build_report();
   report.fp8_metrics = last_fp8_metrics;
   if (f) report.dump_dir = dump_tripping_op(*f, report.batch_number);

@@ -1,13 +1,13 @@
 // Gradient frames: one per autograd node run by backward(), linked to the forward op (and so the
 // module) it differentiates through the autograd sequence number.
 //
-#include "capture/record_function_release.h"
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/InferenceMode.h>
 
 #include <cstring>
 
+#include "capture/op_call.h"
 #include "core/entry_builder.h"
 #include "core/uninitialized_ops.h"
 #include "core/gemm_ops.h"
@@ -15,26 +15,24 @@
 
 namespace sentinel {
 
-using core::EntryRecord;
-using core::EntryState;
-using core::FrameRecord;
-using core::Role;
+using frames::EntryRecord;
+using frames::EntryState;
+using frames::FrameRecord;
+using frames::Role;
 
 
-void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
+bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState&) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (stopped) return;
+  if (stopped) return false;
   // AccumulateGrad only adds a finished gradient into a parameter's .grad: that gradient was an
   // output of the node before it, and check_parameter_gradients() names it by parameter.
-  if (std::strstr(fn.name(), "AccumulateGrad") != nullptr) return;
+  if (std::strstr(fn.name(), "AccumulateGrad") != nullptr) return false;
   c10::InferenceMode no_autograd;
 
-  FrameRecord& f = ts.open_backward_frame;
-  f.reset();
   f.batch_number = batches.current();
   f.direction = static_cast<uint8_t>(Direction::Backward);
   f.op = strings.intern(fn.name());
-  auto link = forward_ops.find(fn.seqNr());
+  auto link = forward_ops.find(fn.seq_nr());
   if (link != forward_ops.end()) {
     f.place = link->second.place;
     f.forward_op = link->second.op;
@@ -59,15 +57,14 @@ void Watchdog::Impl::backward_node_start(const at::RecordFunction& fn, capture::
   }
   backward_in_batch = true;
   backward_ran_in_batch = true;
-  ts.open_backward_owner = this;
+  return true;
 }
 
-void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
+void Watchdog::Impl::backward_op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState&) {
   std::lock_guard<std::mutex> lock(mutex);
   if (stopped) return;
   c10::InferenceMode no_autograd;
   if (core::returns_uninitialized(fn.name())) return;  // a buffer the node fills next
-  FrameRecord& f = ts.open_backward_frame;
   // What the node's own ops return is what it produces: the gradients it passes on.
   int next = f.outputs_seen;
   for (const auto& v : fn.outputs()) {
@@ -75,10 +72,10 @@ void Watchdog::Impl::backward_op_end(const at::RecordFunction& fn, capture::Thre
   }
 }
 
-void Watchdog::Impl::backward_node_end(capture::ThreadState& ts) {
+void Watchdog::Impl::backward_node_end(FrameRecord& f, capture::ThreadState&) {
   std::unique_lock<std::mutex> lock(mutex);
   if (stopped) return;
-  finish_frame(ts.open_backward_frame, lock);
+  finish_frame(f, lock);
 }
 
 void Watchdog::Impl::check_parameter_gradients() {
@@ -86,7 +83,7 @@ void Watchdog::Impl::check_parameter_gradients() {
   if (stopped || !index) return;
   backward_in_batch = false;
   backward_ran_in_batch = true;
-  at::DisableRecordFunctionGuard no_recursion;
+  capture::NotRecorded no_recursion;
   c10::InferenceMode no_autograd;
   const uint32_t op = strings.intern("AccumulateGrad");
   FrameRecord f;

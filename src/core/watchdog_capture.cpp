@@ -1,5 +1,4 @@
 // The hot path: what the watchdog does with each outermost op.
-#include "capture/record_function_release.h"
 #include <ATen/core/Tensor.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/ivalue.h>
@@ -11,6 +10,8 @@
 
 #include <filesystem>
 
+#include "capture/op_call.h"
+#include "capture/thread_state.h"
 #include "core/entry_builder.h"
 #include "core/gemm_ops.h"
 #include "core/uninitialized_ops.h"
@@ -20,10 +21,10 @@
 
 namespace sentinel {
 
-using core::EntryRecord;
-using core::EntryState;
-using core::FrameRecord;
-using core::Role;
+using frames::EntryRecord;
+using frames::EntryState;
+using frames::FrameRecord;
+using frames::Role;
 using core::plain_entry;
 
 namespace {
@@ -37,7 +38,7 @@ bool is_tensor_type(const c10::TypePtr& type) {
 
 // The op's own arguments: boxed calls (the TorchScript interpreter) hand RecordFunction the whole
 // interpreter stack, whose last entries they are.
-c10::ArrayRef<const c10::IValue> own_arguments(const at::RecordFunction& fn, const OpInfo& info) {
+c10::ArrayRef<c10::IValue> own_arguments(const capture::OpCall& fn, const OpInfo& info) {
   auto inputs = fn.inputs();
   if (info.num_args >= 0 && inputs.size() > static_cast<size_t>(info.num_args)) {
     inputs = inputs.slice(inputs.size() - info.num_args);
@@ -47,13 +48,13 @@ c10::ArrayRef<const c10::IValue> own_arguments(const at::RecordFunction& fn, con
 
 }  // namespace
 
-const OpInfo& Watchdog::Impl::op_info(const at::RecordFunction& fn, uint32_t name_id) {
+const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_id) {
   if (name_id >= op_infos.size()) op_infos.resize(name_id + 1);
   OpInfo& info = op_infos[name_id];
   if (info.known) return info;
   info.known = true;
   info.display_name = strings.intern(fn.name());
-  if (auto schema = fn.operator_schema()) {
+  if (auto schema = fn.schema()) {
     const auto& returns = schema->returns();
     bool all_views = !returns.empty();
     for (const auto& r : returns) {
@@ -152,9 +153,9 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts) {
   return places.intern(path, cls);
 }
 
-void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState& ts) {
+bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (stopped || !batches.open()) return;
+  if (stopped || !batches.open()) return false;
   // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
   uint32_t name_id;
   if (auto op = fn.operator_name()) {
@@ -166,25 +167,23 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   if (info.skip) {
     // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
     // the module whose parameter it views.
-    if (fn.seqNr() >= 0) {
+    if (fn.seq_nr() >= 0) {
       for (const auto& v : own_arguments(fn, info)) {
         if (!v.isTensor() || !v.toTensor().defined()) continue;
         if (const core::ParamRef* p = index->find_param(v.toTensor())) {
-          forward_ops[fn.seqNr()] = ForwardOp{p->place, info.display_name, static_cast<uint8_t>(Attribution::Parameter)};
+          forward_ops[fn.seq_nr()] = ForwardOp{p->place, info.display_name, static_cast<uint8_t>(Attribution::Parameter)};
           break;
         }
       }
     }
-    return;
+    return false;
   }
 
   // Reading statistics must not build autograd history. (Ops run here are nested ops, which the
   // callback ignores: src/capture/record_hooks.cpp.)
   c10::InferenceMode no_autograd;
 
-  FrameRecord& f = ts.open_frame;
   collect_side_reads(f);  // an earlier op's, should its end have gone unseen: never left running
-  f.reset();
   f.batch_number = batches.current();
   f.op = info.display_name;
   f.op_key = name_id;
@@ -216,9 +215,14 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   const uint32_t gemm_operands = operands_wanted ? gemm_mask(f.op) : 0;
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, gemm_operands, f.place, places) : 0;
   reading_inputs_beside = info.pure && core_left_idle;
+  // Whatever an input's read throws, the reads after this op are not handed to the second thread.
+  struct ReadingBeside {
+    bool& flag;
+    ~ReadingBeside() { flag = false; }
+  } reading_beside_until_here{reading_inputs_beside};
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
-      core::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
+      frames::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
       core::set_readability(e, inputs[i].toTensor(), stats::Readability::Overwritten);
       if (params[i]) e.param_name = params[i]->name;
       f.add(e);
@@ -237,20 +241,16 @@ void Watchdog::Impl::op_start(const at::RecordFunction& fn, capture::ThreadState
   }
 
   // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
-  if (fn.seqNr() >= 0) forward_ops[fn.seqNr()] = ForwardOp{f.place, f.op, f.attribution};
-  ts.open_frame_owner = this;
+  if (fn.seq_nr() >= 0) forward_ops[fn.seq_nr()] = ForwardOp{f.place, f.op, f.attribution};
+  return true;
 }
 
-void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& ts) {
+void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
-  collect_side_reads(ts.open_frame);  // before the op's arguments can change again
-  if (stopped || !batches.open()) {
-    ts.ending_op.inputs.clear();  // held since its start: released with the op
-    return;
-  }
+  collect_side_reads(f);  // before the op's arguments can change again
+  if (stopped || !batches.open()) return;  // (the capture layer releases the held arguments)
   c10::InferenceMode no_autograd;
 
-  FrameRecord& f = ts.open_frame;
   bool any_tensor = false;
   c10::ArrayRef<c10::IValue> outputs = fn.outputs();
   const int num_returns = f.op_key < op_infos.size() ? op_infos[f.op_key].num_returns : -1;
@@ -260,10 +260,7 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
   add_outputs(f, outputs, any_tensor);
   // Ops that return no tensor (size queries and the like) compute nothing to watch; an op that
   // threw has no outputs either.
-  if (!any_tensor) {
-    ts.ending_op.inputs.clear();
-    return;
-  }
+  if (!any_tensor) return;
   if (dumper.enabled() && gemm_mask(f.op) != 0 && outputs.size() == 1 && outputs[0].isTensor() &&
       dumper.wants(f.batch_number, places.path(f.place))) {
     dumper.save(outputs[0].toTensor(), places.path(f.place), "output", f.batch_number, opts.output());
@@ -286,7 +283,6 @@ void Watchdog::Impl::op_end(const at::RecordFunction& fn, capture::ThreadState& 
   }
   finish_frame(f, lock);
   ending.frame = nullptr;
-  ending.inputs.clear();  // the arguments' tensors are not kept alive past their op
 }
 
 std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {
@@ -324,6 +320,7 @@ void Watchdog::Impl::note_headroom(const FrameRecord& f) {
 }
 
 void Watchdog::Impl::finish_frame(FrameRecord& f, std::unique_lock<std::mutex>& lock) {
+  f.finished = true;
   f.op_index = batches.take_op_index();
   // Once one frame waits for a device, every later frame waits behind it: detection keeps order.
   if (f.pending || !deferred.empty()) {

@@ -5,20 +5,21 @@
 #include <algorithm>
 
 #include "core/entry_builder.h"
+#include "core/read_faults.h"
 #include "stats/tensor_stats.h"
 #include "core/watchdog_impl.h"
 
 namespace sentinel {
 
-using core::EntryRecord;
-using core::FrameRecord;
-using core::Role;
+using frames::EntryRecord;
+using frames::FrameRecord;
+using frames::Role;
 
 namespace {
 
 // Slots one read-back can cover: every entry of the frames a read-back waits for, twice over.
 int64_t ring_capacity(const Options& o) {
-  return std::min<int64_t>(int64_t{1} << 20, 2 * (core::FrameRecord::kMaxEntries + 2) * o.device_readback_frames() + 1024);
+  return std::min<int64_t>(int64_t{1} << 20, 2 * (frames::FrameRecord::kMaxEntries + 2) * o.device_readback_frames() + 1024);
 }
 
 }  // namespace
@@ -41,6 +42,7 @@ device::StatsDevice* Watchdog::Impl::device_for(const at::Tensor& t) {
 
 EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
                                        bool headroom, const GemmOperand* gemm, bool reuse_reads) {
+  core::testing::maybe_fail_read();
   device::StatsDevice* dev = device_for(t);
   if (!dev) {
     if (gemm && t.defined()) {
@@ -70,7 +72,7 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
           return e;
         }
         core::set_readability(e, t, stats::Readability::Read);
-        const uint32_t version = core::StatsCache::cacheable(t) ? core::StatsCache::version_of(t) : 0;
+        const uint32_t version = frames::StatsCache::cacheable(t) ? frames::StatsCache::version_of(t) : 0;
         side_reader->post(&f, t, version, f.entry_count);  // the entry's index once added
         ++device_counters.tensors_read_beside_ops;
         return e;

@@ -13,17 +13,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "capture/op_call.h"
 #include "capture/session.h"
 #include "collect/stats_collector.h"
 #include "dumps/tensor_dumps.h"
 #include "loggers/stats_loggers.h"
 #include "capture/thread_state.h"
-#include "core/batch_state.h"
+#include "frames/batch_state.h"
 #include "core/fp8_monitor.h"
-#include "core/frame_ring.h"
+#include "frames/frame_ring.h"
 #include "core/model_index.h"
-#include "core/stats_cache.h"
-#include "core/string_table.h"
+#include "frames/stats_cache.h"
+#include "frames/string_table.h"
 #include "overlap/side_reader.h"
 #include "overlap/spare_core.h"
 #include "device/deferred_frames.h"
@@ -66,11 +67,13 @@ struct Watchdog::Impl final : capture::Session {
   bool opens_batches_on_torchscript_forward() const override { return index && index->is_torchscript(); }
   void begin_auto_batch() override;
   void end_auto_batch() override;
-  void op_start(const at::RecordFunction& fn, capture::ThreadState& thread) override;
-  void op_end(const at::RecordFunction& fn, capture::ThreadState& thread) override;
-  void backward_node_start(const at::RecordFunction& fn, capture::ThreadState& thread) override;
-  void backward_op_end(const at::RecordFunction& fn, capture::ThreadState& thread) override;
-  void backward_node_end(capture::ThreadState& thread) override;
+  bool op_start(const capture::OpCall& op, frames::FrameRecord& f, capture::ThreadState& thread) override;
+  void op_end(const capture::OpCall& op, frames::FrameRecord& f, capture::ThreadState& thread) override;
+  bool backward_node_start(const capture::OpCall& node, frames::FrameRecord& f, capture::ThreadState& thread) override;
+  void backward_op_end(const capture::OpCall& op, frames::FrameRecord& f, capture::ThreadState& thread) override;
+  void backward_node_end(frames::FrameRecord& f, capture::ThreadState& thread) override;
+  void frame_failed(frames::FrameRecord& f, const char* what, bool keep) noexcept override;
+  void callback_failed(const char* what) noexcept override;
   // Checks every parameter's .grad: one backward frame per module, entries named by parameter.
   void check_parameter_gradients();
 
@@ -104,15 +107,15 @@ struct Watchdog::Impl final : capture::Session {
   void snapshot_trace_locked();
   void write_pending_trace();
 
-  Frame to_frame(const core::FrameRecord& f) const;
+  Frame to_frame(const frames::FrameRecord& f) const;
   Report build_report() const;
 
   Options opts;
-  core::StringTable strings;
-  core::PlaceTable places;
+  frames::StringTable strings;
+  frames::PlaceTable places;
   std::unique_ptr<core::ModelIndex> index;
-  core::FrameRing ring;
-  core::BatchState batches;
+  frames::FrameRing ring;
+  frames::BatchState batches;
   std::vector<OpInfo> op_infos;  // by op-name id
   // Forward ops of the current (or last) batch by autograd sequence number, so that a backward
   // node can name the op and module it differentiates.
@@ -123,7 +126,7 @@ struct Watchdog::Impl final : capture::Session {
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
-  core::StatsCache stats_cache;   // tensors already read in this batch (and kept parameters)
+  frames::StatsCache stats_cache;   // tensors already read in this batch (and kept parameters)
   core::Fp8Monitor fp8;
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
   std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
@@ -169,13 +172,15 @@ struct Watchdog::Impl final : capture::Session {
   bool stopped = false;           // a trip or abort is pending: record nothing more
   int64_t reported_batch = -1;    // Warn/Callback report once per batch
   std::optional<Report> last_report;
-  std::shared_ptr<capture::Session> alive;  // weak references from threads expire with it
+  // How other threads reach this session: closed (waiting for their callbacks) before the rest
+  // of it is destroyed.
+  std::shared_ptr<capture::SessionAnchor> anchor;
 
  private:
-  const OpInfo& op_info(const at::RecordFunction& fn, uint32_t name_id);
-  void add_input(core::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
+  const OpInfo& op_info(const capture::OpCall& op, uint32_t name_id);
+  void add_input(frames::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
                  bool gemm_operand, const core::ParamRef* param);
-  void add_outputs(core::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
+  void add_outputs(frames::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
   uint32_t scope_place(capture::ThreadState& ts);
   void begin_batch_locked(std::unique_lock<std::mutex>& lock);
   void end_batch_locked(std::unique_lock<std::mutex>& lock);
@@ -183,9 +188,9 @@ struct Watchdog::Impl final : capture::Session {
   // (Options::reuse_unchanged_parameter_reads).
   void clear_stats_cache_locked();
   // `f`: the frame that tripped, when known (its op's arguments may be dumped).
-  void trip(std::unique_lock<std::mutex>& lock, const core::FrameRecord* f = nullptr);
+  void trip(std::unique_lock<std::mutex>& lock, const frames::FrameRecord* f = nullptr);
   // Options::dumps.on_detection: the op now ending, if `f` is its frame; "" or the directory.
-  std::string dump_tripping_op(const core::FrameRecord& f, int64_t batch);
+  std::string dump_tripping_op(const frames::FrameRecord& f, int64_t batch);
   // DumpOptions::on_detection with somewhere to write: each op's arguments are held until its end.
   bool dumps_on_trip() const { return opts.dumps().on_detection() && !files_dir.empty(); }
   // This rank's rank fields, and its first inf/nan as the other ranks will hear of it.
@@ -196,12 +201,12 @@ struct Watchdog::Impl final : capture::Session {
   // An exchange's news for this rank (lock held; may unlock to deliver).
   void act_on_agreement(const RankAgreement& agreement, std::unique_lock<std::mutex>& lock);
   // After a frame is complete: keep it, trace it or detect on it. Called with the lock held.
-  void finish_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
+  void finish_frame(frames::FrameRecord& f, std::unique_lock<std::mutex>& lock);
   // Ring, trace or detection for a frame whose numbers are all known.
-  void process_frame(core::FrameRecord& f, std::unique_lock<std::mutex>& lock);
-  void note_headroom(const core::FrameRecord& f);
+  void process_frame(frames::FrameRecord& f, std::unique_lock<std::mutex>& lock);
+  void note_headroom(const frames::FrameRecord& f);
   // Fills the entries of `f` read beside its op, waiting for them; before anything uses `f`.
-  void collect_side_reads(core::FrameRecord& f);
+  void collect_side_reads(frames::FrameRecord& f);
 
  public:
   // The entry of one tensor: read on its device (deferred) when one takes it, else on the CPU
@@ -209,7 +214,7 @@ struct Watchdog::Impl final : capture::Session {
   // statistics menu of the collections, from the same read.
   // `reuse_reads` false: read `t` even if its memory was read in this batch and looks unchanged
   // (the user's code, a collective, may have written it without LibTorch knowing).
-  core::EntryRecord read_entry(core::FrameRecord& f, const at::Tensor& t, core::Role role, int index, int sub,
+  frames::EntryRecord read_entry(frames::FrameRecord& f, const at::Tensor& t, frames::Role role, int index, int sub,
                                bool headroom, const GemmOperand* gemm = nullptr, bool reuse_reads = true);
   // The operand mask of a GEMM op (core::gemm_operands), cached by op-name id.
   uint32_t gemm_mask(uint32_t op);

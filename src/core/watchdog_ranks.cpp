@@ -1,6 +1,6 @@
 // The watchdog among many ranks: what this rank tells the others at a trip, and what it does with
 // what they tell it (src/ranks/ carries the records).
-#include "capture/record_function_release.h"
+#include "capture/op_call.h"
 
 #include <algorithm>
 #include <cstring>
@@ -89,7 +89,7 @@ void Watchdog::Impl::exchange_ranks(ranks::Phase phase) {
   if (!ranks->exchanging()) return;
   // May run inside a RecordFunction callback (the end of a TorchScript forward): a channel's
   // own tensors (a process group's all-gather) are not the model's ops.
-  at::DisableRecordFunctionGuard not_recorded;
+  capture::NotRecorded not_recorded;
   int64_t batch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -104,7 +104,7 @@ void Watchdog::Impl::exchange_ranks(ranks::Phase phase) {
 
 void Watchdog::Impl::announce_trip() {
   if (!ranks->untold_trip()) return;
-  at::DisableRecordFunctionGuard not_recorded;
+  capture::NotRecorded not_recorded;
   int64_t batch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);

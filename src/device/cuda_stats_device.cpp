@@ -3,7 +3,8 @@
 // Slots are zeroed once when the ring is made and again after each read-back, so a launch needs
 // no reset of its own. Built only where LibTorch has CUDA; elsewhere compiled for its syntax.
 #include <ATen/core/Tensor.h>
-#include <ATen/record_function.h>
+#include "capture/op_call.h"
+#include "stats/read_only_data.h"
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
@@ -79,6 +80,8 @@ class CudaStatsDevice final : public StatsDevice {
     const auto r = stats::compute_readability(t);
     if (r != stats::Readability::NotOnCpu) return r;  // undefined, sparse, meta, ...
     if (t.numel() == 0) return stats::Readability::Empty;
+    if (!t.has_storage()) return stats::Readability::NoStorage;
+    if (stats::read_only_data(t) == nullptr) return stats::Readability::NoData;
     cuda::DType d;
     if (!kernel_dtype(t.scalar_type(), d)) return stats::Readability::DeviceDtype;
     if (!span_of(t)) return stats::Readability::DeviceStrided;
@@ -116,7 +119,7 @@ class CudaStatsDevice final : public StatsDevice {
     // this stream, where the allocator keeps it until the kernel is done with it).
     const size_t i = static_cast<size_t>(slot % capacity_);
     if (request.shared_slot && span->repeats > 1) {
-      at::DisableRecordFunctionGuard not_recorded;  // profilers see the model's ops only
+      capture::NotRecorded not_recorded;  // profilers see the model's ops only
       const at::Tensor dense = t.contiguous();
       cuda::reduce_into_slot(dense.data_ptr(), dense.numel(), dtype, g.ring->device_slot(slot), request.probe,
                              stream, request.headroom, /*reset_slot=*/false);

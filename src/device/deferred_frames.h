@@ -9,7 +9,7 @@
 
 #include <sentinel/fp8.h>
 
-#include "core/frame_record.h"
+#include "frames/frame_record.h"
 #include "device/stats_device.h"
 
 namespace sentinel {
@@ -31,7 +31,7 @@ class DeferredFrames {
   int64_t next_slot() const { return next_slot_; }
   bool empty() const { return frames_.empty(); }
   size_t size() const { return frames_.size(); }
-  void push(const core::FrameRecord& f) {
+  void push(const frames::FrameRecord& f) {
     frames_.emplace_back();
     frames_.back().assign(f);
   }
@@ -40,8 +40,8 @@ class DeferredFrames {
   // Reads back every slot in flight (one wait) and fills the waiting frames; returns them in the
   // order they were made, and the probed slots' numbers through `on_probe(probe, result)`.
   template <typename OnProbe>
-  std::vector<core::FrameRecord> resolve(StatsDevice& device, OnProbe&& on_probe) {
-    std::vector<core::FrameRecord> out;
+  std::vector<frames::FrameRecord> resolve(StatsDevice& device, OnProbe&& on_probe) {
+    std::vector<frames::FrameRecord> out;
     if (slots_in_flight() > 0) device.read_back(first_unread_, next_slot_);
     first_unread_ = next_slot_;
     out.reserve(frames_.size());
@@ -63,16 +63,16 @@ class DeferredFrames {
   }
 
  private:
-  static void fill(const StatsDevice& device, core::FrameRecord& f) {
+  static void fill(const StatsDevice& device, frames::FrameRecord& f) {
     if (!f.pending) return;
     for (int i = 0; i < f.entry_count; ++i) {
-      core::EntryRecord& e = f.entries[i];
+      frames::EntryRecord& e = f.entries[i];
       if (e.pending_slot < 0) continue;
       const SlotResult r = device.result(e.pending_slot);
       e.stats = r.stats;
       if (e.has_headroom) e.headroom = r.headroom;
       e.pending_slot = -1;
-      if (!e.stats.finite()) (e.role == core::Role::Output ? f.outputs_finite : f.inputs_finite) = false;
+      if (!e.stats.finite()) (e.role == frames::Role::Output ? f.outputs_finite : f.inputs_finite) = false;
     }
     for (int role = 0; role < 2; ++role) {
       if (f.omitted_slot[role] >= 0 && !device.result(f.omitted_slot[role]).stats.finite()) {
@@ -83,7 +83,7 @@ class DeferredFrames {
     f.pending = false;
   }
 
-  std::deque<core::FrameRecord> frames_;
+  std::deque<frames::FrameRecord> frames_;
   std::vector<PendingProbe> probes_;
   int64_t next_slot_ = 0;
   int64_t first_unread_ = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // Reads of device tensors already started in this batch, by the memory they covered
-// (core/tensor_memory.h). An op's output is usually the next op's input and a weight serves its
+// (frames/tensor_memory.h). An op's output is usually the next op's input and a weight serves its
 // ops through views: on a GPU each read is a kernel launch and a pass over device memory, so a
 // tensor whose memory was read and has not been written since takes the earlier read's slot
 // while that slot is still in flight, or its numbers once they are back.
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor_memory.h"
+#include "frames/tensor_memory.h"
 #include "device/stats_device.h"
 
 namespace sentinel {
@@ -29,19 +29,19 @@ class DeviceReadCache {
   // An earlier read that serves `t` (keyed memory, unchanged since), with the headroom counts
   // if `want_headroom`; null when `t` must be read.
   const Read* find(const at::Tensor& t, bool want_headroom) {
-    if (!core::keyed_memory(t)) return nullptr;
-    const Read* read = reads_.find(t, core::version_of(t));
+    if (!frames::keyed_memory(t)) return nullptr;
+    const Read* read = reads_.find(t, frames::version_of(t));
     if (!read || read->unusable || (want_headroom && !read->headroom)) return nullptr;
     ++hits_;
     return read;
   }
   // `t`, as it is now, is being read into `slot` (its own, not a slot other tensors add to).
   void started(const at::Tensor& t, int64_t slot, bool headroom) {
-    if (!core::keyed_memory(t)) return;
+    if (!frames::keyed_memory(t)) return;
     Read read;
     read.slot = slot;
     read.headroom = headroom;
-    in_flight_.push_back(reads_.insert(t, core::version_of(t), read));
+    in_flight_.push_back(reads_.insert(t, frames::version_of(t), read));
   }
   // Slots [first, end) were just read back: their reads keep the numbers. Only the reads in
   // flight are visited, so a read-back after every op costs what that op read.
@@ -78,7 +78,7 @@ class DeviceReadCache {
   int64_t hits() const { return hits_; }
 
  private:
-  core::MemoryMap<Read> reads_;
+  frames::MemoryMap<Read> reads_;
   std::vector<Read*> in_flight_;  // reads_'s values whose slot is in flight (stable addresses)
   int64_t hits_ = 0;
 };

@@ -3,7 +3,7 @@
 // change while they run. The schema alone cannot say so: LibTorch 1.13's batch_norm updates its
 // running statistics in place without marking them written. Only this list's ops (and then only
 // overloads whose schema writes no argument) have their inputs read beside them.
-#include "core/op_name_list.h"
+#include "capture/op_name_list.h"
 
 namespace sentinel {
 namespace overlap {
@@ -17,7 +17,7 @@ inline bool writes_only_results(const char* op_name) {
       "aten::tanh",     "aten::sigmoid",    "aten::add",         "aten::sub",         "aten::mul",
       "aten::div",      "aten::embedding",  "aten::cat",         "aten::stack",       "aten::clone",
       "aten::contiguous", "aten::mean",     "aten::sum"};
-  return core::is_aten_op_in(op_name, kOps);
+  return capture::is_aten_op_in(op_name, kOps);
 }
 
 }  // namespace overlap

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "stats/read_only_data.h"
 #include <vector>
 
 #include "recipes/block_kernels.h"
@@ -194,7 +196,7 @@ int64_t offset_of(const std::vector<int64_t>& index, c10::IntArrayRef strides) {
 // or read in place when the tensor is float32 laid out with `dim` innermost and whole blocks.
 template <typename T>
 void walk_lines(const at::Tensor& t, int64_t dim, BlockCaster& caster) {
-  const T* base = static_cast<const T*>(t.data_ptr());
+  const T* base = static_cast<const T*>(stats::read_only_data(t));
   const auto sizes = t.sizes();
   const auto strides = t.strides();
   const int64_t B = caster.block();
@@ -250,7 +252,7 @@ void walk_lines(const at::Tensor& t, int64_t dim, BlockCaster& caster) {
 // 16 rows at a time, each row zero-padded to whole blocks.
 template <typename T>
 void walk_tiles(const at::Tensor& t, BlockCaster& caster) {
-  const T* base = static_cast<const T*>(t.data_ptr());
+  const T* base = static_cast<const T*>(stats::read_only_data(t));
   const auto sizes = t.sizes();
   const auto strides = t.strides();
   const int64_t nd = t.dim(), B = caster.block();

@@ -208,6 +208,10 @@ std::string frame_table(const Report& report, bool has_trigger) {
       out += fmt::format("<tr><td colspan=\"9\" class=\"note\">{} more entries, checked, not shown</td></tr>",
                          f.entries_omitted);
     }
+    if (!f.error.empty()) {
+      out += fmt::format("<tr><td colspan=\"9\" class=\"note bad\">read failed: {} (the entries above were read)</td></tr>",
+                         escape(f.error));
+    }
     if (f.entries.empty() && f.entries_omitted == 0) out += "<tr><td class=\"note\">no entries</td></tr>";
     out += "</table></td></tr>\n";
   }

@@ -87,6 +87,14 @@ class Node {
 Entry read_entry(const Node& n) {
   Entry e;
   e.label = n.at("label").str();
+  if (n.has("role")) {
+    e.role = n.at("role").one_of({EntryRole::Parameter, EntryRole::Input, EntryRole::Output, EntryRole::Gradient});
+  } else {  // schema 6 and older: outputs were told apart by label only
+    e.role = e.label.rfind("output", 0) == 0 ? EntryRole::Output : e.label.rfind("input", 0) == 0 ? EntryRole::Input
+             : e.label.size() > 5 && e.label.compare(e.label.size() - 5, 5, ".grad") == 0 ? EntryRole::Gradient
+                                                                                           : EntryRole::Parameter;
+  }
+  e.is_output = e.role == EntryRole::Output || e.role == EntryRole::Gradient;
   e.kind = n.at("kind").one_of({EntryKind::Tensor, EntryKind::None, EntryKind::NotATensor, EntryKind::Skipped});
   if (n.has("dtype")) e.dtype = n.at("dtype").str();
   if (e.kind == EntryKind::Skipped) e.skip_reason = n.at("skip_reason").str();
@@ -127,6 +135,7 @@ Frame read_frame(const Node& n) {
   f.inputs_finite = n.at("inputs_finite").boolean();
   f.outputs_finite = n.at("outputs_finite").boolean();
   f.entries_omitted = n.at("entries_omitted").integer();
+  if (n.has("error")) f.error = n.at("error").str();
   for (const Node& e : n.at("entries").items()) f.entries.push_back(read_entry(e));
   return f;
 }

@@ -56,6 +56,7 @@ std::string render_frame_text(const Frame& frame) {
   if (frame.entries_omitted > 0) {
     out += right17("...") + " " + std::to_string(frame.entries_omitted) + " more entries, checked, not shown\n";
   }
+  if (!frame.error.empty()) out += right17("read failed") + " " + frame.error + " (the entries above were read)\n";
   return out;
 }
 
@@ -245,6 +246,16 @@ std::string render_ranks_text(const Report& report) {
 }
 
 const char* to_string(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
+
+const char* to_string(EntryRole r) {
+  switch (r) {
+    case EntryRole::Parameter: return "parameter";
+    case EntryRole::Input: return "input";
+    case EntryRole::Output: return "output";
+    case EntryRole::Gradient: return "gradient";
+  }
+  return "?";
+}
 
 const char* to_string(EntryKind k) {
   switch (k) {

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "stats/headroom_math.h"
+#include "stats/read_only_data.h"
 #include "stats/simd_kernels.h"
 #include "stats/stats_accumulator.h"
 #include "stats/tensor_walk.h"
@@ -208,13 +209,17 @@ bool compute_headroom(const at::Tensor& t, HeadroomCounts& out) {
 
 Readability compute_readability(const at::Tensor& t) {
   if (!t.defined()) return Readability::Undefined;
+  if (t.is_nested()) return Readability::Nested;
   if (t.is_sparse()) return Readability::Sparse;
   if (t.layout() != c10::kStrided) return Readability::OtherLayout;
   if (t.is_meta()) return Readability::Meta;
+  if (t._is_zerotensor()) return Readability::ZeroTensor;
   if (t.is_quantized()) return Readability::Quantized;
   if (t.is_complex()) return Readability::Complex;
   if (!t.device().is_cpu()) return Readability::NotOnCpu;
   if (t.numel() == 0) return Readability::Empty;
+  if (!t.has_storage()) return Readability::NoStorage;
+  if (read_only_data(t) == nullptr) return Readability::NoData;
   return Readability::Read;
 }
 
@@ -254,6 +259,10 @@ const char* describe(Readability r) {
     case Readability::DeviceDtype: return "dtype not read on device";
     case Readability::CapturedInGraph: return "captured in cuda graph";
     case Readability::Overwritten: return "overwritten";
+    case Readability::Nested: return "nested";
+    case Readability::ZeroTensor: return "zero tensor";
+    case Readability::NoStorage: return "no storage";
+    case Readability::NoData: return "no data";
   }
   return "?";
 }

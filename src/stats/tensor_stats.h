@@ -33,6 +33,11 @@ enum class Readability {
   // An op's destination whose old values it never reads (copy_'s self, an out= argument): often
   // uninitialized memory, so its bits mean nothing.
   Overwritten,
+  // Tensors with nothing in memory to read: reading them would throw or fault.
+  Nested,      // a nested tensor (its storage is a packed buffer, not this view's elements)
+  ZeroTensor,  // an efficient zero tensor (at::_efficientzerotensor): no memory at all
+  NoStorage,   // a tensor without storage (a functional or wrapper tensor)
+  NoData,      // elements without a data pointer
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

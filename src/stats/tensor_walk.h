@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "stats/read_only_data.h"
+
 namespace sentinel {
 namespace stats {
 namespace kernels {
@@ -15,7 +17,7 @@ namespace kernels {
 // Calls run(ptr, n, stride) for runs that together cover every element exactly once.
 template <typename T, typename Run>
 void for_each_run(const at::Tensor& t, Run&& run) {
-  const T* base = static_cast<const T*>(t.data_ptr());
+  const T* base = static_cast<const T*>(read_only_data(t));
   const int64_t numel = t.numel();
   if (t.is_non_overlapping_and_dense()) {
     run(base, numel, int64_t{1});

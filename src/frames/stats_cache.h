@@ -2,15 +2,15 @@
 // Statistics of CPU tensors already read in this batch. An op's output is usually the next op's
 // input, and a weight serves its ops through views such as weight.t(): reading each block of
 // memory once halves the sentinel's memory traffic. Keyed by the memory a tensor covers, and
-// reused only while that memory provably holds the same values (core/tensor_memory.h). Cleared
+// reused only while that memory provably holds the same values (frames/tensor_memory.h). Cleared
 // at each batch start and end (but for the parameters' entries, if the user asks to keep them).
 #include <ATen/core/Tensor.h>
 
-#include "core/tensor_memory.h"
+#include "frames/tensor_memory.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {
-namespace core {
+namespace frames {
 
 class StatsCache {
  public:
@@ -27,7 +27,7 @@ class StatsCache {
   }
   // Whether `t` can be served from the cache at all.
   static bool cacheable(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && keyed_memory(t); }
-  static uint32_t version_of(const at::Tensor& t) { return core::version_of(t); }
+  static uint32_t version_of(const at::Tensor& t) { return frames::version_of(t); }
   // A hit: the numbers of `t`'s memory, read earlier in this batch and provably unchanged.
   bool find(const at::Tensor& t, TensorStats& out, stats::Readability& r) {
     return cacheable(t) && lookup(t, version_of(t), out, r);
@@ -64,5 +64,5 @@ class StatsCache {
   size_t hits_ = 0;
 };
 
-}  // namespace core
+}  // namespace frames
 }  // namespace sentinel

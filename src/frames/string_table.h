@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 namespace sentinel {
-namespace core {
+namespace frames {
 
 class StringTable {
  public:
@@ -44,5 +44,5 @@ class PlaceTable {
   StringTable keys_;
 };
 
-}  // namespace core
+}  // namespace frames
 }  // namespace sentinel

@@ -1,5 +1,5 @@
 #pragma once
-// The memory a tensor covers, as a key for reads that can be reused (core/stats_cache.h for the
+// The memory a tensor covers, as a key for reads that can be reused (frames/stats_cache.h for the
 // CPU, device/device_read_cache.h for tensors read on a device). A tensor that is
 // non-overlapping and dense holds exactly the elements of [offset, offset + numel) of its
 // storage, whatever its strides, so a transposed or reshaped view has the same statistics as its
@@ -21,7 +21,7 @@
 #include <unordered_map>
 
 namespace sentinel {
-namespace core {
+namespace frames {
 
 // Whether `t`'s memory can key a reused read, wherever it lives.
 inline bool keyed_memory(const at::Tensor& t) {
@@ -125,5 +125,5 @@ class MemoryMap {
   std::unordered_map<MemoryKey, Entry, MemoryKeyHash> entries_;
 };
 
-}  // namespace core
+}  // namespace frames
 }  // namespace sentinel

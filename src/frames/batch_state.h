@@ -6,7 +6,7 @@
 #include <vector>
 
 namespace sentinel {
-namespace core {
+namespace frames {
 
 class BatchState {
  public:
@@ -47,5 +47,5 @@ class BatchState {
   int64_t op_index_ = 0;
 };
 
-}  // namespace core
+}  // namespace frames
 }  // namespace sentinel

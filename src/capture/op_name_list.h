@@ -4,7 +4,7 @@
 #include <cstring>
 
 namespace sentinel {
-namespace core {
+namespace capture {
 
 template <size_t N>
 bool is_aten_op_in(const char* op_name, const char* const (&ops)[N]) {
@@ -15,5 +15,5 @@ bool is_aten_op_in(const char* op_name, const char* const (&ops)[N]) {
   return false;
 }
 
-}  // namespace core
+}  // namespace capture
 }  // namespace sentinel

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 namespace sentinel {
-namespace core {
+namespace frames {
 
 enum class Role : uint8_t { Param, Input, Output };
 enum class EntryState : uint8_t { Read, None, NotATensor, Skipped };
@@ -48,10 +48,19 @@ struct FrameRecord {
   // found no room share one slot per role, so that their inf/nan still counts.
   bool pending = false;
   int64_t omitted_slot[2] = {-1, -1};  // inputs, outputs
+  // Set when the frame went to the ring, detection or the deferred queue: a failure after that
+  // must not finish it twice.
+  bool finished = false;
+  // What went wrong while this frame was read (string table id; 0: nothing): the callback caught
+  // it, kept the frame with what it had, and the report says so.
+  uint32_t error = 0;
   std::array<EntryRecord, kMaxEntries> entries;
 
   void reset() {
+    op = 0;
     pending = false;
+    finished = false;
+    error = 0;
     omitted_slot[0] = omitted_slot[1] = -1;
     forward_op = 0;
     outputs_seen = 0;
@@ -84,11 +93,13 @@ struct FrameRecord {
     inputs_finite = o.inputs_finite;
     outputs_finite = o.outputs_finite;
     pending = o.pending;
+    finished = o.finished;
+    error = o.error;
     omitted_slot[0] = o.omitted_slot[0];
     omitted_slot[1] = o.omitted_slot[1];
     for (int i = 0; i < entry_count; ++i) entries[i] = o.entries[i];
   }
 };
 
-}  // namespace core
+}  // namespace frames
 }  // namespace sentinel

@@ -1,0 +1,58 @@
+#pragma once
+// One RecordFunction event as plain values. RecordFunction's layout depends on NDEBUG (LibTorch is
+// built with it; a Debug build of this project is not), so exactly one translation unit,
+// src/capture/record_hooks.cpp, reads RecordFunction itself; everything else reads this view.
+#include <cstdint>
+
+#include <c10/util/ArrayRef.h>
+#include <c10/util/Optional.h>
+
+namespace at {
+class RecordFunction;
+}
+namespace c10 {
+struct IValue;
+struct OperatorName;
+struct FunctionSchema;
+}  // namespace c10
+
+namespace sentinel {
+namespace capture {
+
+class OpCall {
+ public:
+  explicit OpCall(const at::RecordFunction& fn, bool at_end);
+
+  const char* name() const { return name_; }
+  // Autograd's sequence number (-1: not recorded for autograd); a backward node has its forward op's.
+  int64_t seq_nr() const { return seq_nr_; }
+  // The arguments (start callbacks) and the results (end callbacks; empty when the op threw).
+  c10::ArrayRef<c10::IValue> inputs() const { return inputs_; }
+  c10::ArrayRef<c10::IValue> outputs() const { return outputs_; }
+  // Not on the per-op path: each makes copies of strings.
+  c10::optional<c10::OperatorName> operator_name() const;
+  c10::optional<c10::FunctionSchema> schema() const;
+
+ private:
+  const at::RecordFunction& fn_;
+  const char* name_;
+  int64_t seq_nr_;
+  c10::ArrayRef<c10::IValue> inputs_;
+  c10::ArrayRef<c10::IValue> outputs_;
+};
+
+// Turns recording off for ops this library runs itself (at::DisableRecordFunctionGuard, without
+// its header).
+class NotRecorded {
+ public:
+  NotRecorded();
+  ~NotRecorded();
+  NotRecorded(const NotRecorded&) = delete;
+  NotRecorded& operator=(const NotRecorded&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
+}  // namespace capture
+}  // namespace sentinel

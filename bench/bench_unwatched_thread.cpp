@@ -66,7 +66,7 @@ void ignore_end(const at::RecordFunction&, at::ObserverContext*) {}
 void run(benchmark::State& state) {
   const auto a = torch::ones({64});
   for (auto _ : state) small_ops(a);
-  state.counters["ns_per_op"] =
+  state.counters["per_op"] =
       benchmark::Counter(static_cast<double>(state.iterations()) * kOps, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 

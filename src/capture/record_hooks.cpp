@@ -157,14 +157,18 @@ OpenFrame& next_slot(std::deque<OpenFrame>& slots, size_t count) {
   return slots[count];
 }
 
-void open_op(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
-  OpenFrame& slot = next_slot(ts.open_frames, ts.open_frame_count);
+// Opens `anchor`'s frame for an op (Session::op_start) or an autograd node
+// (Session::backward_node_start) in the next of `slots`, counted in `count` once open.
+using StartHook = bool (Session::*)(const OpCall&, frames::FrameRecord&, ThreadState&);
+void open_frame(ThreadState& ts, std::deque<OpenFrame>& slots, size_t& count, StartHook start,
+                const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
+  OpenFrame& slot = next_slot(slots, count);
   auto use = anchor->enter();
   if (!use) return;
   slot.frame.reset();
   bool opened = false;
   try {
-    opened = use.get()->op_start(call, slot.frame, ts);
+    opened = (use.get()->*start)(call, slot.frame, ts);
   } catch (...) {
     // A start that failed after naming the op keeps its frame: the end reads the outputs.
     opened = slot.frame.op != 0;
@@ -172,24 +176,15 @@ void open_op(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, cons
   }
   if (!opened) return;
   slot.owner = anchor;
-  ++ts.open_frame_count;
+  ++count;
+}
+
+void open_op(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
+  open_frame(ts, ts.open_frames, ts.open_frame_count, &Session::op_start, anchor, call);
 }
 
 void open_backward_node(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
-  OpenFrame& slot = next_slot(ts.open_backward, ts.open_backward_count);
-  auto use = anchor->enter();
-  if (!use) return;
-  slot.frame.reset();
-  bool opened = false;
-  try {
-    opened = use.get()->backward_node_start(call, slot.frame, ts);
-  } catch (...) {
-    opened = slot.frame.op != 0;
-    report_failure(*use.get(), opened ? &slot.frame : nullptr, true);
-  }
-  if (!opened) return;
-  slot.owner = anchor;
-  ++ts.open_backward_count;
+  open_frame(ts, ts.open_backward, ts.open_backward_count, &Session::backward_node_start, anchor, call);
 }
 
 std::shared_ptr<SessionAnchor> bound_torchscript_session(ThreadState& ts) {

@@ -200,7 +200,13 @@ TEST(CaptureProtocol, AParameterNamedLikeAnInputIsReportedAsAParameter) {
 // Module names are the user's strings: one that is not UTF-8 still gets its report files, and the
 // FP8 metrics a destroyed watchdog writes do not end the program.
 struct OddNameImpl : torch::nn::Module {
-  OddNameImpl() { lin = register_module(std::string("lin\xff\xfe"), torch::nn::Linear(4, 4)); }
+  OddNameImpl() {
+    lin = register_module(std::string("lin\xff\xfe"), torch::nn::Linear(4, 4));
+    // Fixed weights (LibTorch seeds its generator at random): exp(lin(1e4)) = exp(2e4) = inf.
+    torch::NoGradGuard no_grad;
+    lin->weight.fill_(0.5);
+    lin->bias.zero_();
+  }
   torch::Tensor forward(const torch::Tensor& x) { return torch::exp(lin(x)); }
   torch::nn::Linear lin{nullptr};
 };

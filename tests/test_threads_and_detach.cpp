@@ -262,17 +262,21 @@ TEST(Detach, AWatchdogOutlivingItsThreadsStateIsDestroyedWithoutTouchingIt) {
   const auto unwatched = model->forward(x);
   const bool had_callbacks = at::hasCallbacks();
   std::ostringstream out;
-  bool same = false;
+  torch::Tensor watched;
   std::thread([&] {
     thread_local std::unique_ptr<sentinel::Watchdog> kept;  // made before the watchdog's thread state
     kept = std::make_unique<sentinel::Watchdog>(model.ptr(), sentinel::Options().output(out));
     auto step = kept->batch();
-    same = torch::equal(model->forward(x), unwatched);
+    watched = model->forward(x);
     step.finish();
   }).join();
-  EXPECT_TRUE(same);
-  EXPECT_EQ(at::hasCallbacks(), had_callbacks) << "the watchdog's callback outlived it";
-  EXPECT_TRUE(torch::equal(model->forward(x), unwatched));
+  ASSERT_TRUE(watched.defined()) << out.str();
+  EXPECT_TRUE(torch::equal(watched, unwatched)) << watched << unwatched << out.str();
+  EXPECT_EQ(at::hasCallbacks(), had_callbacks)
+      << "the watchdog's callback outlived it: global " << at::hasGlobalCallbacks() << ", this thread's "
+      << at::hasThreadLocalCallbacks() << "\n" << out.str();
+  const auto after = model->forward(x);
+  EXPECT_TRUE(torch::equal(after, unwatched)) << after << unwatched << out.str();
 }
 
 // fork() copies only the forking thread. A child of a process whose second thread was reading,

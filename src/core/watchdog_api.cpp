@@ -1,0 +1,120 @@
+// The public Watchdog and BatchGuard: construction, and the calls that reach the Impl.
+#include <sentinel/watchdog.h>
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/nn/module.h>
+
+#include <exception>
+
+#include "core/watchdog_impl.h"
+#include "report/report_files.h"
+
+namespace sentinel {
+
+// ---- Watchdog ---------------------------------------------------------------------------------
+
+Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
+  if (!model) throw OptionError("sentinel::Watchdog: the model is null");
+  options.validate();
+  auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  report::prepare_report_dir(impl->files_dir);
+  impl->index =
+      std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
+  impl->attach_collections();
+  impl_ = std::move(impl);
+}
+
+Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
+  options.validate();
+  auto impl = std::make_unique<Impl>(nullptr, std::move(options));
+  report::prepare_report_dir(impl->files_dir);
+  impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
+  impl->attach_collections();
+  impl_ = std::move(impl);
+}
+
+Watchdog::~Watchdog() = default;
+
+BatchGuard Watchdog::batch() {
+  impl_->throw_pending();
+  return BatchGuard(impl_->begin_explicit_batch() ? this : nullptr);
+}
+
+void Watchdog::end_batch(bool unwinding) { impl_->end_explicit_batch(unwinding); }
+
+void Watchdog::check() { impl_->throw_pending(); }
+
+void Watchdog::backward(const at::Tensor& loss) {
+  // A trip of this batch's forward: the ranks meet here, as they do after a backward.
+  if (impl_->has_pending()) impl_->exchange_ranks(ranks::Phase::Backward);
+  impl_->throw_pending();
+  loss.backward();
+  impl_->check_parameter_gradients();
+  impl_->deliver_step_outcome();
+  // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.
+  impl_->exchange_ranks(ranks::Phase::Backward);
+  impl_->throw_pending();
+}
+
+HeadroomSummary Watchdog::headroom() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->headroom_summary;
+}
+
+std::vector<StatRecord> Watchdog::collected_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->last_stats;
+}
+
+std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->last_fp8_metrics;
+}
+
+int64_t Watchdog::batch_number() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->batches.next();
+}
+
+std::optional<Report> Watchdog::last_report() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->last_report;
+}
+
+std::vector<Frame> Watchdog::saved_frames() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<Frame> frames;
+  for (size_t i = 0; i < impl_->ring.size(); ++i) frames.push_back(impl_->to_frame(impl_->ring.at(i)));
+  return frames;
+}
+
+const Options& Watchdog::options() const { return impl_->opts; }
+
+// ---- BatchGuard -------------------------------------------------------------------------------
+
+BatchGuard::BatchGuard(Watchdog* owner) : owner_(owner), uncaught_at_start_(std::uncaught_exceptions()) {}
+
+BatchGuard::BatchGuard(BatchGuard&& other) noexcept
+    : owner_(other.owner_), uncaught_at_start_(other.uncaught_at_start_) {
+  other.owner_ = nullptr;
+}
+
+void BatchGuard::finish() {
+  if (!owner_) return;
+  Watchdog* w = owner_;
+  owner_ = nullptr;
+  w->end_batch();
+  w->check();
+}
+
+BatchGuard::~BatchGuard() noexcept(false) {
+  if (!owner_) return;
+  Watchdog* w = owner_;
+  owner_ = nullptr;
+  const bool unwinding = std::uncaught_exceptions() != uncaught_at_start_;
+  w->end_batch(unwinding);
+  // Never throw while another exception unwinds the stack (that would terminate).
+  if (!unwinding) w->check();
+}
+
+}  // namespace sentinel

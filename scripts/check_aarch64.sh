@@ -13,12 +13,24 @@ command -v "$cxx" >/dev/null || { echo "check_aarch64: $cxx not found (Debian: g
 # toolchain): a directory of links to them.
 shadow=$(mktemp -d)
 trap 'rm -rf "$shadow"' EXIT
-for d in ATen c10 caffe2 torch fmt nlohmann yaml-cpp boost google gloo CLI; do
+for d in ATen c10 caffe2 torch fmt nlohmann yaml-cpp boost google gloo CLI pybind11; do
   [ -e "/usr/include/$d" ] && ln -s "/usr/include/$d" "$shadow/$d"
 done
+# The Python module's files: Python's headers, whose one machine-specific header (pyconfig.h, the
+# same sizes on both 64-bit little-endian Linux targets) Debian ships for the host only.
+python_include=$(ls -d /usr/include/python3.* 2>/dev/null | head -1 || true)
+if [ -n "$python_include" ]; then
+  python_name=$(basename "$python_include")
+  ln -s "$python_include" "$shadow/$python_name"
+  if [ -e "/usr/include/x86_64-linux-gnu/$python_name/pyconfig.h" ]; then
+    mkdir -p "$shadow/aarch64-linux-gnu/$python_name"
+    ln -s "/usr/include/x86_64-linux-gnu/$python_name/pyconfig.h" "$shadow/aarch64-linux-gnu/$python_name/pyconfig.h"
+  fi
+fi
 flags=(-std=c++17 -fsyntax-only -Wall -Wextra -Werror=attributes -DFMT_HEADER_ONLY
        -Iinclude -Isrc -I. -Icuda -I"$build_dir/src/loggers/tensorboard"
        -isystem "$shadow" -isystem "$shadow/torch/csrc/api/include")
+[ -n "$python_include" ] && flags+=(-isystem "$shadow/$python_name")
 [ -d /usr/local/cuda/include ] && flags+=(-isystem /usr/local/cuda/include)
 files=$(ls src/*/*.cpp src/*/*/*.cpp cuda/*.cpp 2>/dev/null | grep -v 'cuda_stats_device.cpp')
 count=0

@@ -13,7 +13,10 @@ root=$(pwd)
 jobs=${SENTINEL_JOBS:-2}
 generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
-common=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSENTINEL_ENABLE_CUDA=OFF -DSENTINEL_BUILD_BENCHMARKS=OFF)
+# The Python module is left out: a sanitized extension would need the sanitizer's runtime loaded
+# into the interpreter before anything else.
+common=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSENTINEL_ENABLE_CUDA=OFF -DSENTINEL_BUILD_BENCHMARKS=OFF
+        -DSENTINEL_BUILD_PYTHON=OFF)
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer, Debug configuration (build-asan)"
 # Debug: without NDEBUG, as a user's Debug build sees LibTorch's headers (asserts on), at -O1.

@@ -20,6 +20,7 @@ packages=(
   python3-torch python3-torchvision  # test fixtures: TorchScript models scripted at test time
   chromium                # the HTML report's test renders it headless and checks the DOM
   g++-aarch64-linux-gnu   # every source file is compiled for aarch64 too (scripts/check_aarch64.sh)
+  python3-dev pybind11-dev python3-pytest  # the Python module overflow_sentinel and its tests
 )
 
 missing=()

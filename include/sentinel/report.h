@@ -168,6 +168,9 @@ struct Report {
   std::vector<std::string> stack;
   // TorchScript models: the TorchScript call stack at the op, innermost first ("file:line: code").
   std::vector<std::string> torchscript_stack;
+  // Models watched from Python (the overflow_sentinel module): the Python source lines that ran the
+  // op, innermost first ("model.py:123: hidden_gelu * hidden_linear  (in forward)").
+  std::vector<std::string> python_stack;
   // Found when a device's numbers were read back (at batch end or every N frames), after the op
   // had run: the stacks above are then empty, as the op's own are gone. Options::device_sync_each_op
   // stops at the op itself, with its stacks.

@@ -77,6 +77,9 @@ class Watchdog {
   // loss.backward(), then every parameter's .grad is checked, and what was detected in the
   // backward pass is thrown here - before the optimizer step can spread it into the weights.
   void backward(const at::Tensor& loss);
+  // For callers that run the backward pass themselves (the Python module, after loss.backward()):
+  // what backward() does once the pass has run.
+  void after_backward();
   // The number the next batch will get (= batches finished so far).
   int64_t batch_number() const;
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.

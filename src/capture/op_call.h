@@ -54,5 +54,9 @@ class NotRecorded {
   bool was_enabled_;
 };
 
+// Whether LibTorch holds any RecordFunction callback now, global or on the calling thread (for
+// tests that check a watchdog left nothing behind).
+bool callbacks_installed();
+
 }  // namespace capture
 }  // namespace sentinel

@@ -45,6 +45,8 @@ c10::optional<c10::FunctionSchema> OpCall::schema() const { return fn_.operator_
 NotRecorded::NotRecorded() : was_enabled_(at::isRecordFunctionEnabled()) { at::enableRecordFunction(false); }
 NotRecorded::~NotRecorded() { at::enableRecordFunction(was_enabled_); }
 
+bool callbacks_installed() { return at::hasCallbacks(); }
+
 // ---- SessionAnchor ----------------------------------------------------------------------------
 
 namespace {

@@ -355,6 +355,7 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::Fram
   if (!detecting_late) {
     report.stack = report::user_call_stack();
     if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
+    report.python_stack = report::python_call_stack();
   }
   stamp_rank(report);
   deliver(std::move(report), lock);

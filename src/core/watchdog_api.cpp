@@ -49,6 +49,10 @@ void Watchdog::backward(const at::Tensor& loss) {
   if (impl_->has_pending()) impl_->exchange_ranks(ranks::Phase::Backward);
   impl_->throw_pending();
   loss.backward();
+  after_backward();
+}
+
+void Watchdog::after_backward() {
   impl_->check_parameter_gradients();
   impl_->deliver_step_outcome();
   // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.

@@ -440,6 +440,7 @@ std::string render_html(const Report& report, const std::vector<Fp8SlotMetrics>&
   if (!report.frames.empty()) {
     out += "<h2 id=\"frames\">Frames</h2>\n" + frame_table(report, has_trigger) + headroom_section(report);
   }
+  out += stack_section("Python call stack (innermost first)", "python-stack", report.python_stack);
   out += stack_section("TorchScript call stack (innermost first)", "torchscript-stack", report.torchscript_stack);
   out += stack_section("C++ call stack (innermost first)", "stack", report.stack);
   return page(fmt::format("Overflow Sentinel: {}, batch {}", kind_title(report.kind), report.batch_number), out);

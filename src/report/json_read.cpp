@@ -221,6 +221,7 @@ Report read_report(const Node& root) {
   r.origin = root.at("origin").str();
   r.stack = strings(root.at("stack"));
   r.torchscript_stack = strings(root.at("torchscript_stack"));
+  if (version >= 8) r.python_stack = strings(root.at("python_stack"));
   r.deferred = root.at("deferred").boolean();
   if (root.has("dump_dir")) r.dump_dir = root.at("dump_dir").str();
   for (const Node& f : root.at("frames").items()) r.frames.push_back(read_frame(f));

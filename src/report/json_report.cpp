@@ -127,6 +127,7 @@ std::string render_json(const Report& report) {
                    {"trigger_frame", report.frames.empty() ? 0 : report.frames.size() - 1},
                    {"stack", report.stack},
                    {"torchscript_stack", report.torchscript_stack},
+                   {"python_stack", report.python_stack},
                    {"deferred", report.deferred},
                    {"frames", frames}};
   if (!report.dump_dir.empty()) j["dump_dir"] = report.dump_dir;

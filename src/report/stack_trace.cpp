@@ -6,6 +6,8 @@
 
 #include <boost/stacktrace.hpp>
 
+#include <atomic>
+
 namespace sentinel {
 namespace report {
 
@@ -18,7 +20,8 @@ bool is_library_frame(const std::string& name) {
   if (name.empty()) return true;  // no symbol: a stripped library
   static const char* const kPrefixes[] = {"sentinel::", "at::", "c10::", "torch::", "std::", "boost::", "testing::",
                                           "void c10::", "void at::", "void torch::", "void std::", "__libc", "_start",
-                                          "clone", "start_thread"};
+                                          "clone", "start_thread", "_Py", "Py", "pybind11::", "THP",
+                                          "method_vectorcall", "cfunction_", "slot_tp_"};
   for (const char* p : kPrefixes) {
     if (starts_with(name, p)) return true;
   }
@@ -55,6 +58,17 @@ std::vector<std::string> user_call_stack(size_t max_lines) {
   }
   flush();
   return lines;
+}
+
+namespace {
+std::atomic<PythonStackSource> python_stack_source{nullptr};
+}  // namespace
+
+void set_python_stack_source(PythonStackSource source) { python_stack_source.store(source); }
+
+std::vector<std::string> python_call_stack() {
+  const PythonStackSource source = python_stack_source.load();
+  return source ? source() : std::vector<std::string>();
 }
 
 std::vector<std::string> torchscript_call_stack() {

@@ -13,5 +13,11 @@ std::vector<std::string> user_call_stack(size_t max_lines = 40);
 // first; empty outside TorchScript.
 std::vector<std::string> torchscript_call_stack();
 
+// The Python stack of the calling thread, innermost first, from the source the Python module
+// installs at import (it takes the GIL: called only at detection). Empty without one.
+using PythonStackSource = std::vector<std::string> (*)();
+void set_python_stack_source(PythonStackSource source);
+std::vector<std::string> python_call_stack();
+
 }  // namespace report
 }  // namespace sentinel

@@ -169,6 +169,10 @@ std::string render_text(const Report& report) {
     out += "Found when the device's statistics were read back, after the op had run: no call stack.\n"
            "Options::device_sync_each_op(true) stops at the op itself, with its call stack.\n";
   }
+  if (!report.python_stack.empty()) {
+    out += "Python call stack at detection (innermost first):\n";
+    for (const auto& line : report.python_stack) out += "  " + line + "\n";
+  }
   if (!report.torchscript_stack.empty()) {
     out += "TorchScript call stack at detection (innermost first):\n";
     for (const auto& line : report.torchscript_stack) out += "  " + line + "\n";

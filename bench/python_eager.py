@@ -1,0 +1,124 @@
+"""What watching costs a Python eager model: the benchmarks' transformer (6 layers, d_model 256, 4
+heads, feed-forward 1024, batch 4 x 128 tokens; bench/transformer_model.h) written in Python, its
+forward and its training step (forward, loss.backward()), unwatched, watched by
+overflow_sentinel.DebugUnderflowOverflow, and under an HF-style Python hook on every module
+(abs().min(), abs().max(), isnan().any(), isinf().any() of its parameters, input and output, each
+read with .item(), as Hugging Face's class computes). Three copies of one model, run back to back in
+a rotating order within each round; each round gives the ratios to the unwatched run, and the
+medians and quartiles over the rounds are printed.
+
+    OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/python_eager.py [--rounds N]
+"""
+
+import argparse
+import copy
+import math
+import statistics
+import time
+
+import torch
+from torch import nn
+
+import overflow_sentinel
+
+LAYERS, MODEL, HEADS, FEED_FORWARD, BATCH, SEQ = 6, 256, 4, 1024, 4, 128
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, ff)
+        self.fc2 = nn.Linear(ff, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        attn = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(b, s, d)
+        x = x + self.proj(attn)
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([EncoderLayer(MODEL, HEADS, FEED_FORWARD) for _ in range(LAYERS)])
+        self.final_ln = nn.LayerNorm(MODEL)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_ln(x)
+
+
+def hf_style_hooks(model):
+    """HF's per-module statistics, each read back to the host."""
+    def stats(t):
+        a = t.abs()
+        return a.min().item() + a.max().item() + float(torch.isnan(t).any().item()) + float(torch.isinf(t).any().item())
+
+    def hook(module, inputs, output):
+        with torch.no_grad():
+            for p in module.parameters(recurse=False):
+                stats(p)
+            for t in inputs:
+                if isinstance(t, torch.Tensor):
+                    stats(t)
+            stats(output)
+
+    for m in model.modules():
+        m.register_forward_hook(hook)
+
+
+def timed(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    plain = Encoder()
+    watched, hf = copy.deepcopy(plain), copy.deepcopy(plain)
+    debug = overflow_sentinel.DebugUnderflowOverflow(watched)
+    hf_style_hooks(hf)
+    x = torch.randn(BATCH, SEQ, MODEL)
+    models = {"unwatched": plain, "watched": watched, "hf_style": hf}
+
+    def forward(model):
+        with torch.no_grad():
+            model(x)
+
+    def train_step(model):
+        model.zero_grad(set_to_none=True)
+        model(x).pow(2).mean().backward()
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; {args.rounds} rounds")
+    print(f"{'case':<12} {'mode':<10} {'median ms':>10} {'ratio':>7} {'quartiles':>13}")
+    for name, step in (("forward", forward), ("train_step", train_step)):
+        for model in models.values():
+            step(model)  # warm-up
+        times = {mode: [] for mode in models}
+        order = list(models)
+        for r in range(args.rounds):
+            order = order[1:] + order[:1]  # rotate: no mode always runs first
+            for mode in order:
+                times[mode].append(timed(lambda: step(models[mode])))
+        for mode in models:
+            ratios = [t / u for t, u in zip(times[mode], times["unwatched"])]
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+            print(f"{name:<12} {mode:<10} {statistics.median(times[mode]) * 1e3:>10.2f} "
+                  f"{statistics.median(ratios):>7.3f} {q[0]:>6.3f}-{q[2]:.3f}")
+    debug.close()
+
+
+if __name__ == "__main__":
+    main()

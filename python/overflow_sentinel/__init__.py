@@ -1,0 +1,302 @@
+"""Overflow Sentinel for PyTorch models in Python.
+
+    from overflow_sentinel import DebugUnderflowOverflow
+    debug_overflow = DebugUnderflowOverflow(model)   # as Hugging Face's, same arguments
+
+Every op the model runs is watched (forward and backward), natively: no Python runs per op. At the
+first inf/nan the report is printed in HF's layout and NonFiniteError (a ValueError, as HF raises)
+is raised, carrying the report as an object. See docs/python.md.
+"""
+
+import sys
+import weakref
+
+import torch
+
+from . import _native
+from ._report import Entry, Frame, Record, Report
+
+__version__ = _native.__version__
+__all__ = ["DebugUnderflowOverflow", "Watch", "watch", "Report", "Frame", "Entry", "SentinelError",
+           "NonFiniteError", "Fp8AlarmError", "RanksMissingError", "AbortAfterBatch", "option_names"]
+
+
+class SentinelError(ValueError):
+    """What a watchdog raises; a ValueError, as Hugging Face's class raises. `report` is the
+    Report (None for AbortAfterBatch), `text` the report as printed."""
+
+    def __init__(self, message, report=None):
+        super().__init__(message)
+        self.report = report
+        self.text = report.text if report is not None else None
+
+
+class NonFiniteError(SentinelError):
+    """An inf or nan was detected (or, with many ranks, another rank saw one)."""
+
+
+class Fp8AlarmError(SentinelError):
+    """An FP8 alarm with fp8={'alarm_action': 'raise'}."""
+
+
+class RanksMissingError(SentinelError):
+    """Ranks did not answer the exchange."""
+
+
+class AbortAfterBatch(SentinelError):
+    """abort_after_batch_num was reached."""
+
+
+_ERRORS = {"nonfinite": NonFiniteError, "peer_nonfinite": NonFiniteError, "fp8_alarm": Fp8AlarmError,
+           "ranks_missing": RanksMissingError, "abort_after": AbortAfterBatch}
+
+# Models being watched, to refuse a second watchdog on one (a weak map: watching keeps no model alive).
+_watched = weakref.WeakKeyDictionary()
+
+
+def option_names():
+    """The keyword arguments Watch and DebugUnderflowOverflow take besides their own."""
+    return sorted(_native.option_names())
+
+
+def _first_tensor_with_grad(output):
+    if isinstance(output, torch.Tensor):
+        return output if output.grad_fn is not None else None
+    if isinstance(output, dict) or hasattr(output, "values"):  # dicts, HF's ModelOutput
+        output = list(output.values())
+    if isinstance(output, (list, tuple)):
+        for item in output:
+            found = _first_tensor_with_grad(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _compiled_modules(model):
+    """Modules whose ops may run fused, where no callback sees them one by one."""
+    found = []
+    for path, module in model.named_modules():
+        if isinstance(module, torch.jit.ScriptModule):
+            found.append((path, "it runs as TorchScript, whose fusers run groups of ops as one kernel",
+                          "torch._C._jit_set_texpr_fuser_enabled(False) (and nvfuser's switch), or watch its eager module"))
+        elif hasattr(module, "_orig_mod"):  # torch.compile's wrapper
+            found.append((path, "it was compiled with torch.compile, whose kernels run many ops each",
+                          "watch the module before compiling it (model._orig_mod)"))
+    return found
+
+
+class Watch:
+    """Watches `model` from construction until close() (or the end of a `with` block).
+
+    A batch is one call of the model (its top module's forward) unless `batch()` opens one for a
+    training step. Keyword arguments are the native Options (option_names()); `config` is a YAML
+    config in TransformerEngine's layout, applied first; `callback(report)` with action='callback'
+    (implied) is called at detection instead of raising."""
+
+    def __init__(self, model, *, config=None, callback=None, **options):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"overflow_sentinel: model must be a torch.nn.Module, not {type(model).__name__}")
+        other = _watched.get(model)
+        if other is not None and other() is not None and not other()._native.closed:
+            raise ValueError("overflow_sentinel: this model is already watched; close() that watchdog first")
+        if config is not None and not isinstance(config, str) and not hasattr(config, "__fspath__"):
+            raise TypeError(f"overflow_sentinel: config must be a path, not {type(config).__name__}")
+        native_callback = None
+        if callback is not None:
+            if not callable(callback):
+                raise TypeError(f"overflow_sentinel: callback must be callable, not {type(callback).__name__}")
+            native_callback = lambda report_json, text: callback(Report.from_json(report_json, text))  # noqa: E731
+        self._native = _native.Watch(model, options, None if config is None else str(config), native_callback)
+        self._explicit = 0
+        self._compiled = _compiled_modules(model)
+        self._handles = []
+        me = weakref.ref(self)
+        for index, module in enumerate(self._native.modules()):
+            try:
+                self._handles.append(module.register_forward_pre_hook(_pre_hook(me, index)))
+                self._handles.append(module.register_forward_hook(_post_hook(me, index)))
+            except RuntimeError:
+                pass  # a scripted module's children: run by TorchScript, seen through their ops
+        _watched[model] = me
+
+    # ---- the hooks' work ------------------------------------------------------------------------
+
+    def _flush(self):
+        text = self._native.take_text()
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _raise_if(self, outcome):
+        if outcome is None:
+            return
+        kind, message, report_json, text = outcome
+        report = Report.from_json(report_json, text) if report_json is not None else None
+        if report is not None and kind in ("nonfinite", "peer_nonfinite") and report.trigger is not None:
+            message = (f"DebugUnderflowOverflow: inf/nan detected during batch_number={report.batch_number} at "
+                       f"{report.trigger}; the report is printed above and in the exception's .report")
+        raise _ERRORS.get(kind, SentinelError)(message, report)
+
+    def _begin_call(self):
+        if self._compiled:
+            for path, why, how in self._compiled:
+                sys.stdout.write(f"overflow_sentinel: {path or 'the model'} is not watched op by op: {why}. "
+                                 f"To watch it: {how}.\n")
+            self._compiled = []
+        if not self._explicit:
+            outcome = self._native.begin_batch()
+            self._flush()
+            self._raise_if(outcome)
+
+    def _end_call(self, output):
+        if not self._explicit:
+            outcome = self._native.end_batch()
+            self._flush()
+            self._raise_if(outcome)
+        self._watch_backward(output)
+
+    def _watch_backward(self, output):
+        tensor = _first_tensor_with_grad(output)
+        if tensor is None:
+            return
+        me = weakref.ref(self)
+
+        def on_gradient(grad):
+            w = me()
+            if w is not None and not w._native.closed:
+                torch.autograd.Variable._execution_engine.queue_callback(w._after_backward)
+
+        tensor.register_hook(on_gradient)
+
+    def _after_backward(self):
+        if self._native.closed:
+            return
+        outcome = self._native.after_backward()
+        self._flush()
+        self._raise_if(outcome)
+
+    # ---- the user's calls ---------------------------------------------------------------------
+
+    def batch(self):
+        """`with w.batch():` one training step (forward, loss.backward(), optimizer step) as one
+        batch; what was detected is raised at its end, or earlier at a module's end."""
+        return _Batch(self)
+
+    def check(self):
+        """Raises what was detected since the last check, if anything."""
+        outcome = self._native.check()
+        self._flush()
+        self._raise_if(outcome)
+
+    @property
+    def batch_number(self):
+        """The number the next batch will get (= batches finished so far)."""
+        return self._native.batch_number
+
+    @property
+    def report(self):
+        """The most recent Report, or None."""
+        text = self._native.last_report_json()
+        return None if text is None else Report.from_json(text)
+
+    def fp8_metrics(self):
+        """The FP8 metrics of the last closed step, one Record per slot (fp8=... enabled)."""
+        import json
+        return [Record(json.loads(line)) for line in self._native.fp8_metrics_json()]
+
+    def saved_frames(self):
+        """The frames kept now, oldest first (at most max_frames_to_save)."""
+        return Report.from_json(self._native.saved_frames_json()).frames
+
+    def headroom(self):
+        """Lines on what fp16/bf16 would overflow or flush (headroom=True)."""
+        return self._native.describe_headroom()
+
+    def close(self):
+        """Removes the hooks and the watchdog (its last FP8 step and device reads delivered).
+        The model and torch are left as they were."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if not self._native.closed:
+            text = self._native.close()
+            if text:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+
+class _Batch:
+    def __init__(self, watch):
+        self._watch = watch
+
+    def __enter__(self):
+        w = self._watch
+        outcome = w._native.begin_batch()
+        w._flush()
+        w._raise_if(outcome)
+        w._explicit += 1
+        return w
+
+    def __exit__(self, exc_type, exc, tb):
+        w = self._watch
+        w._explicit -= 1
+        outcome = w._native.end_batch()
+        w._flush()
+        if exc_type is None:
+            w._raise_if(outcome)
+        return False
+
+
+def _pre_hook(me, index):
+    if index == 0:
+        def pre(module, args):
+            w = me()
+            if w is not None and not w._native.closed:
+                w._begin_call()
+                w._native.enter(0)
+    else:
+        def pre(module, args):
+            w = me()
+            if w is not None and not w._native.closed:
+                w._native.enter(index)
+    return pre
+
+
+def _post_hook(me, index):
+    def post(module, args, output):
+        w = me()
+        if w is None or w._native.closed:
+            return
+        if w._native.leave(index):
+            w._flush()
+            w._raise_if(w._native.check())
+        if index == 0:
+            w._end_call(output)
+    return post
+
+
+class DebugUnderflowOverflow(Watch):
+    """Hugging Face's DebugUnderflowOverflow, drop-in: the same arguments, the same report
+    layout, a ValueError at the first inf/nan; and every other option by keyword."""
+
+    def __init__(self, model, max_frames_to_save=21, trace_batch_nums=[], abort_after_batch_num=None, **options):  # noqa: B006 - HF's signature
+        super().__init__(model, max_frames_to_save=max_frames_to_save, trace_batch_nums=trace_batch_nums,
+                         abort_after_batch_num=abort_after_batch_num, **options)
+
+
+def watch(model, **options):
+    """`with overflow_sentinel.watch(model, **options) as w:` ... the watchdog goes at the end."""
+    return Watch(model, **options)

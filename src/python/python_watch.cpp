@@ -1,0 +1,256 @@
+#include "python/python_watch.h"
+
+#include <torch/csrc/utils/pybind.h>
+#include <torch/nn/module.h>
+
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include <sentinel/errors.h>
+#include <sentinel/report.h>
+
+#include "capture/thread_state.h"
+#include "python/python_options.h"
+
+namespace py = pybind11;
+
+namespace sentinel {
+namespace python {
+
+namespace {
+
+struct MirrorBuild {
+  std::unordered_map<PyObject*, std::shared_ptr<torch::nn::Module>> made;
+  std::vector<std::shared_ptr<torch::nn::Module>>& mirrors;
+  py::list& modules;
+};
+
+// A module shared by two parents (tied layers) gets one mirror, named where named_modules()
+// first meets it.
+std::shared_ptr<torch::nn::Module> mirror_of(py::handle module, MirrorBuild& build) {
+  if (auto it = build.made.find(module.ptr()); it != build.made.end()) return it->second;
+  const std::string cls = py::str(py::type::of(module).attr("__name__"));
+  auto node = std::make_shared<torch::nn::Module>(cls);
+  build.made.emplace(module.ptr(), node);
+  build.mirrors.push_back(node);
+  build.modules.append(module);
+  for (auto item : module.attr("named_parameters")(py::arg("recurse") = false)) {
+    const auto pair = item.cast<py::tuple>();
+    if (pair[1].is_none()) continue;
+    const at::Tensor tensor = pair[1].cast<at::Tensor>();
+    node->register_parameter(pair[0].cast<std::string>(), tensor, tensor.requires_grad());
+  }
+  for (auto item : module.attr("named_children")()) {
+    const auto pair = item.cast<py::tuple>();
+    if (pair[1].is_none()) continue;
+    node->register_module(pair[0].cast<std::string>(), mirror_of(pair[1], build));
+  }
+  return node;
+}
+
+py::object make_outcome(const char* kind, const std::string& message, const Report* report, const std::string* text) {
+  return py::make_tuple(kind, message, report ? py::object(py::str(render_json(*report))) : py::object(py::none()),
+                        text ? py::object(py::str(*text)) : py::object(py::none()));
+}
+
+}  // namespace
+
+PythonWatch::PythonWatch(py::handle model, const py::dict& kwargs, py::object config, py::object callback) {
+  if (!py::isinstance(model, py::module_::import("torch.nn").attr("Module"))) {
+    throw py::type_error(fmt::format("overflow_sentinel: model must be a torch.nn.Module, not {}",
+                                     py::str(py::type::of(model).attr("__name__")).cast<std::string>()));
+  }
+  Options options = config.is_none() ? Options() : Options::from_yaml(py::str(config));
+  apply_options(options, kwargs);
+  if (!callback.is_none()) {
+    if (!PyCallable_Check(callback.ptr())) throw py::type_error("overflow_sentinel: callback must be callable");
+    // Called by the watchdog without its lock, on the thread that detected: the GIL is taken
+    // here, and the report handed over as its JSON (the Python side makes it an object).
+    // Released with the GIL held, wherever the watchdog goes (close() gives the GIL up).
+    std::shared_ptr<py::object> held(new py::object(std::move(callback)), [](py::object* o) {
+      if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing left to release
+      py::gil_scoped_acquire gil;
+      delete o;
+    });
+    options.callback([held](const Report& report) {
+      py::gil_scoped_acquire gil;
+      try {
+        (*held)(render_json(report), render_text(report));
+      } catch (py::error_already_set& e) {
+        throw std::runtime_error(e.what());
+      }
+    });
+  }
+  options.output(out_);
+  MirrorBuild build{{}, mirrors_, python_modules_};
+  auto root = mirror_of(model, build);
+  watchdog_ = std::make_unique<Watchdog>(root, std::move(options));
+}
+
+PythonWatch::~PythonWatch() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+Watchdog& PythonWatch::live() const {
+  if (!watchdog_) throw py::value_error("overflow_sentinel: this watchdog was closed");
+  return *watchdog_;
+}
+
+template <typename Body>
+py::object PythonWatch::outcome_of(Body&& body) {
+  // The GIL is given up while the watchdog's lock may be waited for (see the header).
+  try {
+    py::gil_scoped_release no_gil;
+    body();
+  } catch (const NonFiniteError& e) {
+    // what() of a report error is the report's text.
+    const std::string text = e.what();
+    return make_outcome(e.report().kind == "peer_nonfinite" ? "peer_nonfinite" : "nonfinite", text, &e.report(), &text);
+  } catch (const Fp8AlarmError& e) {
+    const std::string text = e.what();
+    return make_outcome("fp8_alarm", text, &e.report(), &text);
+  } catch (const RanksMissingError& e) {
+    const std::string text = e.what();
+    return make_outcome("ranks_missing", text, &e.report(), &text);
+  } catch (const AbortAfterBatch& e) {
+    return make_outcome("abort_after", e.what(), nullptr, nullptr);
+  }
+  return py::none();
+}
+
+void PythonWatch::enter(size_t module) {
+  if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
+  auto& ts = capture::thread_state();
+  ts.scopes.push_back(capture::ScopeEntry{{}, mirrors_[module].get()});
+  ++ts.scopes_version;
+}
+
+int PythonWatch::leave(size_t module) {
+  if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
+  auto& ts = capture::thread_state();
+  // Down to this module's entry: entries above it are of modules left by an exception.
+  for (size_t k = ts.scopes.size(); k-- > 0;) {
+    if (ts.scopes[k].module == mirrors_[module].get()) {
+      ts.scopes.resize(k);
+      ++ts.scopes_version;
+      break;
+    }
+  }
+  return text_.waiting() ? 3 : 0;  // text comes with every trip: print it, then check
+}
+
+py::object PythonWatch::begin_batch() {
+  Watchdog& w = live();
+  // A forward that raised never reached its end: its batch ends now, and what it caught (if the
+  // exception was not already the sentinel's) is raised before the next batch starts.
+  if (batch_) {
+    py::object stale = end_batch();
+    if (!stale.is_none()) return stale;
+  }
+  auto& ts = capture::thread_state();
+  scope_depth_at_batch_ = ts.scopes.size();
+  return outcome_of([&] { batch_.emplace(w.batch()); });
+}
+
+py::object PythonWatch::end_batch() {
+  live();
+  if (!batch_) return py::none();
+  BatchGuard guard(std::move(*batch_));
+  batch_.reset();
+  auto& ts = capture::thread_state();
+  if (ts.scopes.size() > scope_depth_at_batch_) {
+    ts.scopes.resize(scope_depth_at_batch_);
+    ++ts.scopes_version;
+  }
+  return outcome_of([&] { guard.finish(); });
+}
+
+py::object PythonWatch::check() {
+  Watchdog& w = live();
+  return outcome_of([&] { w.check(); });
+}
+
+py::object PythonWatch::after_backward() {
+  Watchdog& w = live();
+  return outcome_of([&] { w.after_backward(); });
+}
+
+std::string PythonWatch::close() {
+  if (!watchdog_) return text_.take();
+  {
+    py::gil_scoped_release no_gil;
+    if (batch_) {
+      BatchGuard guard(std::move(*batch_));
+      batch_.reset();
+      try {
+        guard.finish();
+      } catch (...) {
+        // Said in the text already; closing never raises.
+      }
+    }
+    watchdog_.reset();
+  }
+  mirrors_.clear();
+  python_modules_ = py::list();
+  return text_.take();
+}
+
+int64_t PythonWatch::batch_number() const { return live().batch_number(); }
+
+py::object PythonWatch::last_report_json() const {
+  std::optional<Report> report;
+  {
+    Watchdog& w = live();
+    py::gil_scoped_release no_gil;
+    report = w.last_report();
+  }
+  return report ? py::object(py::str(render_json(*report))) : py::object(py::none());
+}
+
+std::vector<std::string> PythonWatch::fp8_metrics_json() const {
+  std::vector<Fp8SlotMetrics> metrics;
+  {
+    Watchdog& w = live();
+    py::gil_scoped_release no_gil;
+    metrics = w.fp8_metrics();
+  }
+  std::vector<std::string> out;
+  for (const auto& m : metrics) out.push_back(fp8_metrics_json_line(m));
+  return out;
+}
+
+std::string PythonWatch::saved_frames_json() const {
+  Report frames;
+  {
+    Watchdog& w = live();
+    py::gil_scoped_release no_gil;
+    frames.frames = w.saved_frames();
+  }
+  frames.kind = "trace";
+  return render_json(frames);
+}
+
+std::vector<std::string> PythonWatch::describe_headroom() const {
+  HeadroomSummary h;
+  {
+    Watchdog& w = live();
+    py::gil_scoped_release no_gil;
+    h = w.headroom();
+  }
+  std::vector<std::string> out;
+  out.push_back(fmt::format("frames checked {}, fp16 overflow {}, fp16 underflow {}, bf16 overflow {}, bf16 underflow {}",
+                            h.frames_checked, h.frames_fp16_overflow, h.frames_fp16_underflow, h.frames_bf16_overflow,
+                            h.frames_bf16_underflow));
+  if (h.first_fp16_overflow) out.push_back("first fp16 overflow: " + render_frame_text(*h.first_fp16_overflow));
+  if (h.first_bf16_overflow) out.push_back("first bf16 overflow: " + render_frame_text(*h.first_bf16_overflow));
+  return out;
+}
+
+}  // namespace python
+}  // namespace sentinel

@@ -1,0 +1,75 @@
+#pragma once
+// The native side of overflow_sentinel's watchdog: a sentinel::Watchdog over a C++ mirror of the
+// user's Python model, driven by the module hooks the Python side registers.
+//
+// The mirror is one torch::nn::Module per Python module, named by its class, registered under the
+// same child names and holding the very same parameter tensors: the watchdog indexes it as any
+// C++-frontend model, so an op that uses a parameter is its module's, and its gradient nodes and
+// .grad checks are the same as in C++. Ops that use no parameter (the mul between two
+// sub-modules) take the innermost module being run: each module's forward pre-hook pushes its
+// mirror on the thread's scope stack, its forward hook pops it.
+//
+// Every call that can wait on the watchdog's lock releases the GIL first: the watchdog takes the
+// GIL (for the Python stack, or the user's callback) while it holds that lock.
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <sentinel/watchdog.h>
+
+#include "python/text_buffer.h"
+
+namespace sentinel {
+namespace python {
+
+// Hidden, as pybind11's own types are (the module exports only its init function).
+class __attribute__((visibility("hidden"))) PythonWatch {
+ public:
+  // `kwargs`: Options by name (python_options.h); `config`: a YAML path or None, applied first.
+  PythonWatch(pybind11::handle model, const pybind11::dict& kwargs, pybind11::object config,
+              pybind11::object callback);
+  ~PythonWatch();
+
+  // The Python modules, in the order the hooks number them (the mirror of each).
+  pybind11::list modules() const { return python_modules_; }
+  // Module i's forward starts / ends on this thread. leave returns what the Python side should
+  // do: bit 0, print take_text(); bit 1, call check() (an error is waiting).
+  void enter(size_t module);
+  int leave(size_t module);
+  // The outcomes below are None, or (kind, message, report json or None, report text or None).
+  pybind11::object begin_batch();
+  pybind11::object end_batch();
+  pybind11::object check();
+  pybind11::object after_backward();
+  std::string take_text() { return text_.take(); }
+  // Ends an open batch, destroys the watchdog (its last FP8 step and device reads are
+  // delivered) and returns what it printed meanwhile. Idempotent.
+  std::string close();
+  bool closed() const { return !watchdog_; }
+
+  int64_t batch_number() const;
+  pybind11::object last_report_json() const;
+  std::vector<std::string> fp8_metrics_json() const;
+  std::string saved_frames_json() const;
+  std::vector<std::string> describe_headroom() const;
+
+ private:
+  Watchdog& live() const;
+  template <typename Body>
+  pybind11::object outcome_of(Body&& body);
+
+  TextBuffer text_;  // before out_ and watchdog_: it outlives both
+  std::ostream out_{&text_};
+  std::vector<std::shared_ptr<torch::nn::Module>> mirrors_;  // mirrors_[i] stands for module i
+  pybind11::list python_modules_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::optional<BatchGuard> batch_;
+  size_t scope_depth_at_batch_ = 0;  // the thread's scope stack when the batch began
+};
+
+}  // namespace python
+}  // namespace sentinel

@@ -1,0 +1,199 @@
+"""overflow_sentinel.DebugUnderflowOverflow as a drop-in for Hugging Face's class."""
+
+import os
+
+import pytest
+import torch
+
+import overflow_sentinel
+from overflow_sentinel import DebugUnderflowOverflow, NonFiniteError, AbortAfterBatch
+
+from models import SqrtHead, line_of, plant_overflow, tiny_t5
+
+
+def test_the_first_overflow_is_reported_in_hfs_layout_and_raised_as_a_value_error(capsys):
+    model = tiny_t5()
+    debug = DebugUnderflowOverflow(model)
+    model(torch.ones(2, 8))  # batch 0: clean
+    plant_overflow(model, block=1)
+    with pytest.raises(ValueError) as caught:
+        model(torch.ones(2, 8))  # batch 1
+    error = caught.value
+    assert isinstance(error, NonFiniteError)
+    out = capsys.readouterr().out
+    assert "Detected inf/nan during batch_number=1" in out
+    assert "Last 21 forward frames:" in out
+    report = error.report
+    assert report.batch_number == 1
+    assert 10 < len(report.frames) <= 21
+    trigger = report.trigger
+    # The mul written between the two projections, named by the module running it.
+    assert trigger.op == "aten::mul"
+    assert trigger.module_path == "block.1.layer.0.DenseReluDense"
+    assert trigger.module_class == "T5DenseGatedGeluDense"
+    assert trigger.direction == "forward"
+    # Its inputs were finite: the mul made the inf, and the origin line says so.
+    assert report.produced_here
+    assert "aten::mul" in report.origin and "produced the first inf/nan" in report.origin
+    inputs = [e for e in trigger.entries if e.role == "input"]
+    assert len(inputs) == 2 and all(e.stats.pos_inf == 0 for e in inputs)
+    assert [e for e in trigger.entries if e.role == "output"][0].stats.pos_inf > 0
+    # The Python line that ran the op, innermost first.
+    first = report.python_stack[0]
+    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in first, report.python_stack
+    assert "hidden_gelu * hidden_linear" in first
+    assert "Python call stack at detection" in error.text
+    # The parameters a frame uses carry their names and role.
+    wi_0 = [f for f in report.frames if f.module_path == "block.1.layer.0.DenseReluDense.wi_0"]
+    assert wi_0 and any(e.label == "weight" and e.role == "parameter" for e in wi_0[-1].entries)
+    debug.close()
+
+
+def test_a_clean_batch_raises_nothing_and_batches_count_from_zero():
+    model = tiny_t5()
+    debug = DebugUnderflowOverflow(model)
+    for _ in range(3):
+        model(torch.randn(2, 8))
+    assert debug.batch_number == 3
+    assert debug.report is None
+    frames = debug.saved_frames()
+    assert 0 < len(frames) <= 21
+    assert all(f.batch_number == 2 for f in frames[-3:])
+    debug.close()
+
+
+def test_trace_mode_prints_the_traced_batches_frames(capsys):
+    model = tiny_t5()
+    debug = DebugUnderflowOverflow(model, trace_batch_nums=[1, 2])
+    for _ in range(4):
+        model(torch.ones(2, 8))
+    out = capsys.readouterr().out
+    assert "*** Starting batch number=0 ***" not in out
+    assert "*** Starting batch number=1 ***" in out and "*** Starting batch number=2 ***" in out
+    assert "*** Starting batch number=3 ***" not in out
+    assert "block.1.layer.0.DenseReluDense T5DenseGatedGeluDense aten::mul" in out
+    debug.close()
+
+
+def test_abort_after_batch_num_stops_after_that_batch():
+    model = tiny_t5()
+    debug = DebugUnderflowOverflow(model, abort_after_batch_num=1)
+    model(torch.ones(2, 8))
+    with pytest.raises(ValueError) as caught:
+        model(torch.ones(2, 8))
+    assert isinstance(caught.value, AbortAfterBatch)
+    assert "aborting after batch 1" in str(caught.value)
+    debug.close()
+
+
+def test_a_nan_in_the_backward_is_caught_at_its_node_with_the_forward_module():
+    model = SqrtHead()
+    debug = DebugUnderflowOverflow(model)
+    out = model(torch.ones(2, 4, requires_grad=True))
+    assert torch.equal(out, torch.zeros(2, 4))
+    with pytest.raises(NonFiniteError) as caught:
+        out.sum().backward()
+    trigger = caught.value.report.trigger
+    assert trigger.direction == "backward"
+    assert trigger.op == "SqrtBackward0"
+    assert trigger.forward_op == "aten::sqrt"
+    assert trigger.module_class == "SqrtHead"
+    assert "Detected inf/nan during batch_number=0" in caught.value.text
+    debug.close()
+
+
+def test_gradients_of_the_parameters_are_checked_after_backward():
+    model = tiny_t5()
+    debug = DebugUnderflowOverflow(model)
+    out = model(torch.ones(2, 8))
+    # A gradient made inf by a hook that LibTorch runs outside any op: only the .grad check sees it.
+    model.head.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    with pytest.raises(NonFiniteError) as caught:
+        out.sum().backward()
+    assert caught.value.report.trigger.module_path == "head"
+    debug.close()
+
+
+def test_watched_outputs_and_gradients_equal_unwatched_ones_bit_for_bit():
+    x = torch.randn(4, 8)
+
+    def step(model):
+        model.zero_grad()
+        out = model(x)
+        out.pow(2).sum().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+    model = tiny_t5(seed=3)
+    out_plain, grads_plain = step(model)
+    debug = DebugUnderflowOverflow(model)
+    out_watched, grads_watched = step(model)
+    debug.close()
+    assert torch.equal(out_plain, out_watched)
+    assert all(torch.equal(a, b) for a, b in zip(grads_plain, grads_watched))
+
+
+def test_a_training_loop_with_an_optimizer_runs_as_unwatched_and_counts_its_batches():
+    def train(watched):
+        model = tiny_t5(seed=5)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        debug = DebugUnderflowOverflow(model) if watched else None
+        torch.manual_seed(11)
+        losses = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        if debug:
+            assert debug.batch_number == 5
+            debug.close()
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    losses_plain, params_plain = train(False)
+    losses_watched, params_watched = train(True)
+    assert losses_plain == losses_watched
+    assert all(torch.equal(a, b) for a, b in zip(params_plain, params_watched))
+
+
+def test_reports_are_written_as_txt_json_and_html(tmp_path):
+    model = tiny_t5()
+    plant_overflow(model)
+    with overflow_sentinel.watch(model, report_dir=tmp_path) as w:
+        with pytest.raises(NonFiniteError):
+            model(torch.ones(2, 8))
+        assert w.report.trigger.op == "aten::mul"
+    names = sorted(os.listdir(tmp_path))
+    assert {"sentinel_batch0.txt", "sentinel_batch0.json", "sentinel_batch0.html"} <= set(names)
+    report = overflow_sentinel.Report.from_json((tmp_path / "sentinel_batch0.json").read_text())
+    assert report.python_stack and "hidden_gelu * hidden_linear" in report.python_stack[0]
+
+
+def test_warn_keeps_running_and_the_callback_gets_the_report():
+    model = tiny_t5()
+    plant_overflow(model)
+    seen = []
+    debug = DebugUnderflowOverflow(model, callback=seen.append)
+    model(torch.ones(2, 8))
+    model(torch.ones(2, 8))
+    # The first inf/nan of each batch, as in C++; the run goes on.
+    assert [r.batch_number for r in seen] == [0, 1]
+    assert all(r.trigger.op == "aten::mul" and r.text.startswith("Detected inf/nan") for r in seen)
+    debug.close()
+    model2 = tiny_t5()
+    plant_overflow(model2)
+    debug = DebugUnderflowOverflow(model2, action="warn")
+    model2(torch.ones(2, 8))
+    assert debug.report.batch_number == 0
+    debug.close()
+
+
+def test_an_explicit_batch_holds_a_whole_training_step():
+    model = SqrtHead()
+    w = overflow_sentinel.Watch(model)
+    with pytest.raises(NonFiniteError) as caught:
+        with w.batch():
+            model(torch.ones(2, 4)).sum().backward()
+    assert caught.value.report.trigger.op == "SqrtBackward0"
+    assert caught.value.report.batch_number == 0
+    w.close()

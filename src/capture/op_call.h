@@ -51,7 +51,8 @@ class NotRecorded {
   NotRecorded& operator=(const NotRecorded&) = delete;
 
  private:
-  bool was_enabled_;
+  bool touched_ = false;  // false at a thread's exit, once LibTorch's thread state may be gone
+  bool was_enabled_ = true;
 };
 
 // Whether LibTorch holds any RecordFunction callback now, global or on the calling thread (for

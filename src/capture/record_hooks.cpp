@@ -42,8 +42,35 @@ OpCall::OpCall(const at::RecordFunction& fn, bool at_end) : fn_(fn), name_(fn.na
 c10::optional<c10::OperatorName> OpCall::operator_name() const { return fn_.operator_name(); }
 c10::optional<c10::FunctionSchema> OpCall::schema() const { return fn_.operator_schema(); }
 
-NotRecorded::NotRecorded() : was_enabled_(at::isRecordFunctionEnabled()) { at::enableRecordFunction(false); }
-NotRecorded::~NotRecorded() { at::enableRecordFunction(was_enabled_); }
+// ---- LibTorch's thread state at a thread's exit ------------------------------------------------
+
+namespace {
+// A watchdog kept in a thread_local object made before LibTorch's RecordFunction state of that
+// thread is destroyed after it, at the thread's exit: from then on nothing may touch that state
+// (it is freed memory). A marker made right after the state is touched is destroyed before it
+// (thread_locals go in reverse order of construction) and says so. Trivially destructible:
+// readable until the thread's very end.
+thread_local bool libtorch_state_gone = false;
+struct LibTorchStateMarker {
+  ~LibTorchStateMarker() { libtorch_state_gone = true; }
+};
+// Called right after LibTorch's RecordFunction state was touched (so exists) on this thread.
+void mark_libtorch_state_made() {
+  static thread_local LibTorchStateMarker marker;
+  (void)marker;
+}
+}  // namespace
+
+NotRecorded::NotRecorded() {
+  if (libtorch_state_gone) return;  // the thread is ending: no op is recorded any more
+  was_enabled_ = at::isRecordFunctionEnabled();
+  mark_libtorch_state_made();
+  at::enableRecordFunction(false);
+  touched_ = true;
+}
+NotRecorded::~NotRecorded() {
+  if (touched_ && !libtorch_state_gone) at::enableRecordFunction(was_enabled_);
+}
 
 bool callbacks_installed() { return at::hasCallbacks(); }
 
@@ -337,13 +364,14 @@ bool needs_callback(const ThreadState& ts) {
 }
 
 void add_callback(ThreadState& ts) {
-  if (ts.callback != 0) return;
+  if (ts.callback != 0 || libtorch_state_gone) return;
   ts.callback = at::addThreadLocalCallback(
       at::RecordFunctionCallback(on_start, on_end)
           .needsInputs(true)
           .needsOutputs(true)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
                    at::RecordScope::TORCHSCRIPT_FUNCTION, at::RecordScope::USER_SCOPE}));
+  mark_libtorch_state_made();
 }
 
 // A session destroyed on another thread cannot remove this thread's callback: the thread does it
@@ -376,7 +404,8 @@ void unbind_from_this_thread(const SessionAnchor* anchor) {
   for (auto it = ts.batches.begin(); it != ts.batches.end();) it = it->get() == anchor ? ts.batches.erase(it) : it + 1;
   if (ts.auto_batch.get() == anchor) ts.auto_batch = nullptr;
   ts.ending_op.inputs.clear();
-  if (ts.callback != 0 && !needs_callback(ts)) {
+  // At the thread's exit LibTorch's state may be gone, and its callbacks with it.
+  if (ts.callback != 0 && !libtorch_state_gone && !needs_callback(ts)) {
     at::removeCallback(ts.callback);
     ts.callback = 0;
   }

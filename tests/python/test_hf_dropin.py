@@ -197,3 +197,29 @@ def test_an_explicit_batch_holds_a_whole_training_step():
     assert caught.value.report.trigger.op == "SqrtBackward0"
     assert caught.value.report.batch_number == 0
     w.close()
+
+
+def test_a_model_run_on_another_python_thread_is_watched_there():
+    import threading
+
+    model = tiny_t5()
+    plant_overflow(model)
+    debug = DebugUnderflowOverflow(model)
+    caught = []
+
+    def run():
+        try:
+            model(torch.ones(2, 8))
+        except NonFiniteError as error:
+            caught.append(error)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert len(caught) == 1 and caught[0].report.trigger.op == "aten::mul"
+    assert any("hidden_gelu * hidden_linear" in line for line in caught[0].report.python_stack)
+    # The main thread's own calls are watched as before.
+    with pytest.raises(NonFiniteError):
+        model(torch.ones(2, 8))
+    debug.close()

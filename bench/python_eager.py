@@ -12,48 +12,15 @@ medians and quartiles over the rounds are printed.
 
 import argparse
 import copy
-import math
 import statistics
 import time
 
 import torch
-from torch import nn
 
 import overflow_sentinel
+from make_bench_models import Encoder  # the model the scripted cases run, here eager
 
 LAYERS, MODEL, HEADS, FEED_FORWARD, BATCH, SEQ = 6, 256, 4, 1024, 4, 128
-
-
-class EncoderLayer(nn.Module):
-    def __init__(self, d, heads, ff):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.ln2 = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, ff)
-        self.fc2 = nn.Linear(ff, d)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        attn = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(b, s, d)
-        x = x + self.proj(attn)
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
-
-
-class Encoder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([EncoderLayer(MODEL, HEADS, FEED_FORWARD) for _ in range(LAYERS)])
-        self.final_ln = nn.LayerNorm(MODEL)
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return self.final_ln(x)
 
 
 def hf_style_hooks(model):
@@ -86,7 +53,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     torch.manual_seed(0)
-    plain = Encoder()
+    plain = Encoder(LAYERS, MODEL, HEADS, FEED_FORWARD)
     watched, hf = copy.deepcopy(plain), copy.deepcopy(plain)
     debug = overflow_sentinel.DebugUnderflowOverflow(watched)
     hf_style_hooks(hf)

@@ -216,6 +216,19 @@ void open_backward_node(ThreadState& ts, const std::shared_ptr<SessionAnchor>& a
   open_frame(ts, ts.open_backward, ts.open_backward_count, &Session::backward_node_start, anchor, call);
 }
 
+// Hands the first `count` frames of `slots` to their sessions' `end(session, frame)`, releasing
+// each slot's owner: the end of an op, or of an autograd node.
+template <typename EndHook>
+void close_frames(std::deque<OpenFrame>& slots, size_t count, EndHook&& end) {
+  for (size_t i = 0; i < count; ++i) {
+    OpenFrame& slot = slots[i];
+    const auto owner = std::move(slot.owner);
+    auto use = owner->enter();
+    if (!use) continue;
+    guarded(*use.get(), &slot.frame, false, [&] { end(*use.get(), slot.frame); });
+  }
+}
+
 std::shared_ptr<SessionAnchor> bound_torchscript_session(ThreadState& ts) {
   for (auto it = ts.bound.rbegin(); it != ts.bound.rend(); ++it) {
     auto anchor = it->lock();
@@ -294,14 +307,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
       const DepthRelease release{ts.op_depth};
       if (ts.op_depth == 1 && ts.open_frame_count > 0) {
         const OpCall call(fn, /*at_end=*/true);
-        const size_t n = std::exchange(ts.open_frame_count, 0);
-        for (size_t i = 0; i < n; ++i) {
-          OpenFrame& slot = ts.open_frames[i];
-          const auto owner = std::move(slot.owner);
-          auto use = owner->enter();
-          if (!use) continue;
-          guarded(*use.get(), &slot.frame, false, [&] { use.get()->op_end(call, slot.frame, ts); });
-        }
+        close_frames(ts.open_frames, std::exchange(ts.open_frame_count, 0),
+                     [&](Session& s, frames::FrameRecord& f) { s.op_end(call, f, ts); });
         ts.ending_op.inputs.clear();  // the arguments' tensors are not kept alive past their op
       } else if (ts.open_backward_count > 0 && ts.op_depth == ts.backward_node_op_depth + 1) {
         const OpCall call(fn, /*at_end=*/true);
@@ -319,14 +326,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     case at::RecordScope::BACKWARD_FUNCTION: {
       const DepthRelease release{ts.backward_depth};
       if (ts.backward_depth == 1 && ts.open_backward_count > 0) {
-        const size_t n = std::exchange(ts.open_backward_count, 0);
-        for (size_t i = 0; i < n; ++i) {
-          OpenFrame& slot = ts.open_backward[i];
-          const auto owner = std::move(slot.owner);
-          auto use = owner->enter();
-          if (!use) continue;
-          guarded(*use.get(), &slot.frame, false, [&] { use.get()->backward_node_end(slot.frame, ts); });
-        }
+        close_frames(ts.open_backward, std::exchange(ts.open_backward_count, 0),
+                     [&](Session& s, frames::FrameRecord& f) { s.backward_node_end(f, ts); });
       }
       break;
     }

@@ -131,7 +131,7 @@ void PythonWatch::enter(size_t module) {
   ++ts.scopes_version;
 }
 
-int PythonWatch::leave(size_t module) {
+bool PythonWatch::leave(size_t module) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
   auto& ts = capture::thread_state();
   // Down to this module's entry: entries above it are of modules left by an exception.
@@ -142,7 +142,7 @@ int PythonWatch::leave(size_t module) {
       break;
     }
   }
-  return text_.waiting() ? 3 : 0;  // text comes with every trip: print it, then check
+  return text_.waiting();
 }
 
 py::object PythonWatch::begin_batch() {

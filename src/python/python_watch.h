@@ -36,10 +36,10 @@ class __attribute__((visibility("hidden"))) PythonWatch {
 
   // The Python modules, in the order the hooks number them (the mirror of each).
   pybind11::list modules() const { return python_modules_; }
-  // Module i's forward starts / ends on this thread. leave returns what the Python side should
-  // do: bit 0, print take_text(); bit 1, call check() (an error is waiting).
+  // Module i's forward starts / ends on this thread. leave returns whether text is waiting: every
+  // trip prints its report, so the Python side then prints take_text() and calls check().
   void enter(size_t module);
-  int leave(size_t module);
+  bool leave(size_t module);
   // The outcomes below are None, or (kind, message, report json or None, report text or None).
   pybind11::object begin_batch();
   pybind11::object end_batch();

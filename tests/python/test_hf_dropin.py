@@ -110,7 +110,11 @@ def test_gradients_of_the_parameters_are_checked_after_backward():
     model.head.weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     with pytest.raises(NonFiniteError) as caught:
         out.sum().backward()
-    assert caught.value.report.trigger.module_path == "head"
+    trigger = caught.value.report.trigger
+    assert trigger.module_path == "head"
+    # The check of the parameters' gradients, not an op: the gradient entry named by parameter.
+    assert trigger.op == "AccumulateGrad"
+    assert any(e.label == "weight.grad" and e.role == "gradient" and e.stats.pos_inf > 0 for e in trigger.entries)
     debug.close()
 
 

@@ -128,6 +128,37 @@ TEST(Cli, BadInputGetsAClearMessageAndItsOwnExitCode) {
   }
 }
 
+// `sentinel run --device`: the CPU as before, and a clear usage error for a device this LibTorch
+// or this machine does not have (on a machine with a GPU, the same run on it).
+TEST(Cli, DeviceFlagRunsThereOrSaysWhyItCannot) {
+  const std::string t5 = run_args("t5_ff_scripted.pt", "t5_ff_inputs.pt");
+  auto cpu = sentinel_cli(t5 + " --device cpu");
+  EXPECT_EQ(cpu.code, 3) << cpu.output;
+  EXPECT_NE(cpu.output.find("origin: aten::mul in ff"), std::string::npos) << cpu.output;
+  for (const std::string bad : {"gpu", "cuda:x", "cpu:1", "cuda:", ""}) {
+    auto r = sentinel_cli(t5 + " --device '" + bad + "'");
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find("--device '" + bad + "' is not cpu, cuda or cuda:N"), std::string::npos) << r.output;
+  }
+  auto cuda = sentinel_cli(t5 + " --device cuda");
+  if (!at::hasCUDA()) {
+    EXPECT_EQ(cuda.code, 2) << cuda.output;
+    EXPECT_NE(cuda.output.find("--device cuda: this LibTorch was built without CUDA"), std::string::npos) << cuda.output;
+  } else if (torch::cuda::device_count() == 0) {
+    EXPECT_EQ(cuda.code, 2) << cuda.output;
+    EXPECT_NE(cuda.output.find("--device cuda: no CUDA device is visible"), std::string::npos) << cuda.output;
+  } else {
+    EXPECT_EQ(cuda.code, 3) << cuda.output;
+    EXPECT_NE(cuda.output.find("origin: aten::mul in ff"), std::string::npos) << cuda.output;
+    auto past = sentinel_cli(t5 + " --device cuda:" + std::to_string(torch::cuda::device_count()));
+    EXPECT_EQ(past.code, 2) << past.output;
+    EXPECT_NE(past.output.find("numbered from 0"), std::string::npos) << past.output;
+  }
+  auto demo = sentinel_cli("demo --device cuda:7");
+  EXPECT_EQ(demo.code, 2) << demo.output;
+  EXPECT_NE(demo.output.find("--device cuda:7"), std::string::npos) << demo.output;
+}
+
 // `sentinel ranks DIR` on reports written as the ranks write them, one of them garbage.
 TEST(Cli, RanksSummarizesEachRanksReportsAndNamesTheFirst) {
   namespace fs = std::filesystem;

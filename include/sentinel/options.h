@@ -190,6 +190,12 @@ class Options {
   SENTINEL_OPTION(bool, reuse_unchanged_parameter_reads, false);
   // false: CUDA tensors are skipped and labelled "not on cpu", as on a build without CUDA.
   SENTINEL_OPTION(bool, watch_cuda, true);
+  // TorchScript fuses chains of elementwise ops into one kernel from a model's third call on,
+  // and the ops inside it would have no frame. While a watchdog lives, TorchScript's fusers are
+  // off (restored when the last watchdog goes) and the watched TorchScript model is compiled
+  // again without fusion. true: fusion is kept; a fused group then shows as one frame named
+  // "fused_<ops>" whose tensors are not read.
+  SENTINEL_OPTION(bool, keep_torchscript_fusion, false);
   SENTINEL_OPTION(RankOptions, ranks, RankOptions());
   // Statistics of selected layers, step by step, to the loggers (docs/config.md).
   SENTINEL_OPTION(std::vector<StatsCollection>, stats_collections, {});

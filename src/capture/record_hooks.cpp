@@ -23,6 +23,7 @@
 
 #include "capture/op_call.h"
 #include "capture/thread_state.h"
+#include "torchscript/fusion_guard.h"
 
 namespace sentinel {
 namespace capture {
@@ -30,6 +31,8 @@ namespace capture {
 // ---- OpCall, NotRecorded ----------------------------------------------------------------------
 
 OpCall::OpCall(const at::RecordFunction& fn, bool at_end) : fn_(fn), name_(fn.name()), seq_nr_(fn.seqNr()) {
+  // A fused group's event was started without inputs (LibTorch asserts on reading them).
+  if (torchscript::is_fusion_group_name(name_) && !fn.operator_name()) return;
   if (at_end) {
     const auto& out = fn.outputs();
     outputs_ = c10::ArrayRef<c10::IValue>(out.data(), out.size());

@@ -6,7 +6,7 @@
 //                [--config C.yaml] [--log-dir D] [--loggers file,jsonl,tensorboard]
 //                [--log-tensor-name-pattern P] [--log-tensor-interval N] [--save-tensor] [--save-tensor-dir D]
 //                [--recipes delayed,current,mxfp8,nvfp4] [--mx-scale-rule round_up|ocp_floor]
-//                [--dtype bfloat16|float16|float32]
+//                [--dtype bfloat16|float16|float32] [--device cpu|cuda|cuda:N]
 //   sentinel ranks DIR             # summary of the per-rank reports of a run of many ranks
 //   sentinel replay DUMP           # re-run the op saved at detection (exit 3: inf/nan again)
 //   sentinel report FILE.json [--html OUT] [--text]   # a saved report or trace, rendered again
@@ -169,12 +169,14 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "run a TorchScript model on batches saved with torch.save([...])");
   run->add_option("--model", model_path, "TorchScript model (torch.jit.save)")->required();
   run->add_option("--inputs", inputs_path, "batches: torch.save([batch0, batch1, ...])")->required();
-  std::string run_dtype;
+  std::string run_dtype, run_device = "cpu", demo_device = "cpu";
+  run->add_option("--device", run_device, "cpu (default), cuda or cuda:N: the model and the batches are moved there");
   run->add_option("--dtype", run_dtype, "cast the model's floating parameters and buffers and the inputs first")
       ->check(CLI::IsMember({"bfloat16", "float16", "float32"}));
   run_flags.add_to(run);
   auto* demo = app.add_subcommand("demo", "run the embedded T5-style demo, whose feed-forward overflows");
   demo_flags.add_to(demo);
+  demo->add_option("--device", demo_device, "cpu (default), cuda or cuda:N (the overflow demo)");
   std::string demo_name = "overflow";
   demo->add_option("name", demo_name, "overflow (default): inf in a T5 feed-forward; fp8: delayed-scaling drift")
       ->check(CLI::IsMember({"overflow", "fp8"}));
@@ -226,6 +228,7 @@ int main(int argc, char** argv) {
       auto model = sentinel::cli::load_model(model_path);
       auto batches = sentinel::cli::load_batches(inputs_path);
       if (!run_dtype.empty()) sentinel::cli::cast_floating(model, batches, run_dtype);
+      sentinel::cli::move_to_device(model, batches, run_device);
       return sentinel::cli::run_batches(model, batches, options);
     }
     auto options = demo_flags.options();
@@ -234,7 +237,9 @@ int main(int argc, char** argv) {
     std::cout << "sentinel demo: a T5-style encoder (TorchScript) whose gated-GELU feed-forward overflows float32\n"
               << "at batch " << sentinel::demo::kOverflowBatch << " as its inputs grow.\n";
     auto model = sentinel::demo::make_t5_encoder();
-    return sentinel::cli::run_batches(model, sentinel::demo::make_batches(), options);
+    auto batches = sentinel::demo::make_batches();
+    sentinel::cli::move_to_device(model, batches, demo_device);
+    return sentinel::cli::run_batches(model, batches, options);
   } catch (const sentinel::OptionError& e) {
     std::cerr << message(e) << "\n";
     return sentinel::cli::kUsageError;

@@ -4,7 +4,9 @@
 #include <sentinel/watchdog.h>
 
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
+#include <regex>
 
 #include <fstream>
 #include <iostream>
@@ -107,6 +109,37 @@ void cast_floating(torch::jit::Module& model, std::vector<std::vector<c10::IValu
       const at::Tensor t = arg.toTensor();
       if (at::isFloatingType(t.scalar_type())) arg = t.to(type);
     }
+  }
+}
+
+void move_to_device(torch::jit::Module& model, std::vector<std::vector<c10::IValue>>& batches,
+                    const std::string& device) {
+  std::smatch m;
+  static const std::regex form("(cpu|cuda)(?::([0-9]{1,4}))?");
+  if (!std::regex_match(device, m, form) || (m[1] == "cpu" && m[2].matched)) {
+    throw OptionError("sentinel: --device '" + device + "' is not cpu, cuda or cuda:N");
+  }
+  if (m[1] == "cpu") return;
+  if (!at::hasCUDA()) {
+    throw OptionError("sentinel: --device " + device +
+                      ": this LibTorch was built without CUDA; run on the CPU, or build against a CUDA LibTorch "
+                      "(docs/usage.md, \"CUDA tensors\")");
+  }
+  const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
+  if (count == 0) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    throw OptionError("sentinel: --device " + device + ": no CUDA device is visible" +
+                      (visible ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : std::string()));
+  }
+  const int64_t index = m[2].matched ? std::stoll(m[2].str()) : 0;
+  if (index >= count) {
+    throw OptionError("sentinel: --device " + device + ": there " + (count == 1 ? "is 1 CUDA device" : "are " + std::to_string(count) + " CUDA devices") +
+                      ", numbered from 0");
+  }
+  const c10::Device target(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  model.to(target);
+  for (auto& batch : batches) {
+    for (auto& arg : batch) arg = arg.toTensor().to(target);
   }
 }
 

@@ -34,6 +34,11 @@ std::vector<std::vector<c10::IValue>> load_batches(const std::string& path);
 // traces of one model file in two precisions can be compared (`sentinel diff`).
 void cast_floating(torch::jit::Module& model, std::vector<std::vector<c10::IValue>>& batches,
                    const std::string& dtype);
+// `sentinel run --device`: "cpu", "cuda" or "cuda:N": the model's parameters and buffers and the
+// batches' tensors moved there. Throws sentinel::OptionError naming the device when the text is
+// not one of those, when this LibTorch has no CUDA, when no GPU is visible, or N is past the last.
+void move_to_device(torch::jit::Module& model, std::vector<std::vector<c10::IValue>>& batches,
+                    const std::string& device);
 // Runs every batch in eval mode under no-grad; prints a summary; returns the exit code.
 int run_batches(torch::jit::Module& model, const std::vector<std::vector<c10::IValue>>& batches,
                 const Options& options);

@@ -135,7 +135,7 @@ void read_sentinel(const YamlReader& r, const Field& field, Options& o) {
   const std::vector<Field> entries =
       r.entries(field, {"max_frames_to_save", "trace_batch_nums", "abort_after_batch_num", "action", "report_dir",
                         "skip_view_ops", "headroom", "device_readback_frames", "device_sync_each_op", "watch_cuda",
-                        "read_inputs_beside_ops", "reuse_unchanged_parameter_reads",
+                        "read_inputs_beside_ops", "reuse_unchanged_parameter_reads", "keep_torchscript_fusion",
                         "log_dir", "loggers", "fp8", "ranks", "save_tensor"});
   // Upper bounds are left to Options::validate(), the one place that knows them.
   for (const Field& e : entries) {
@@ -168,6 +168,8 @@ void read_sentinel(const YamlReader& r, const Field& field, Options& o) {
       o.read_inputs_beside_ops(r.boolean(e));
     } else if (e.key == "reuse_unchanged_parameter_reads") {
       o.reuse_unchanged_parameter_reads(r.boolean(e));
+    } else if (e.key == "keep_torchscript_fusion") {
+      o.keep_torchscript_fusion(r.boolean(e));
     } else if (e.key == "log_dir") {
       o.log_dir(r.string(e));
     } else if (e.key == "loggers") {

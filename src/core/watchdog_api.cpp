@@ -21,6 +21,8 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
   impl->index =
       std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
   impl->attach_collections();
+  // A C++ model may call scripted parts: the fusers are off for them too.
+  if (!impl->opts.keep_torchscript_fusion()) impl->fusion_off = std::make_unique<torchscript::FusionOff>(nullptr);
   impl_ = std::move(impl);
 }
 
@@ -30,6 +32,7 @@ Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
   report::prepare_report_dir(impl->files_dir);
   impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
   impl->attach_collections();
+  if (!impl->opts.keep_torchscript_fusion()) impl->fusion_off = std::make_unique<torchscript::FusionOff>(&model);
   impl_ = std::move(impl);
 }
 

@@ -258,6 +258,13 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
     outputs = outputs.slice(outputs.size() - num_returns);
   }
   add_outputs(f, outputs, any_tensor);
+  if (outputs.empty() && torchscript::is_fusion_group_name(strings.at(f.op).c_str())) {
+    // A fused group kept (Options::keep_torchscript_fusion) still shows where it ran.
+    frames::EntryRecord e = core::make_entry(Role::Output, -1, -1);
+    core::set_readability(e, at::Tensor(), stats::Readability::InsideFusedKernel);
+    f.add(e);
+    any_tensor = true;
+  }
   // Ops that return no tensor (size queries and the like) compute nothing to watch; an op that
   // threw has no outputs either.
   if (!any_tensor) return;

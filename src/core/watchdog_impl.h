@@ -31,6 +31,7 @@
 #include "device/device_read_cache.h"
 #include "device/stats_device.h"
 #include "ranks/rank_session.h"
+#include "torchscript/fusion_guard.h"
 
 #include <c10/util/ArrayRef.h>
 
@@ -154,6 +155,8 @@ struct Watchdog::Impl final : capture::Session {
   // whether the inputs now being added are an op's that allows it; only while the BLAS and ATen
   // leave a core idle (src/overlap/spare_core.h), looked at as each batch begins.
   std::unique_ptr<overlap::SideReader> side_reader;
+  // TorchScript's fusers off while watched (Options::keep_torchscript_fusion).
+  std::unique_ptr<torchscript::FusionOff> fusion_off;
   bool core_left_idle = false;
   bool reading_inputs_beside = false;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take

@@ -218,6 +218,7 @@ const Setters<Options>& top_level() {
       {"read_inputs_beside_ops", [](Options& t, py::handle x, const std::string& a) { t.read_inputs_beside_ops(as_bool(x, a)); }},
       {"reuse_unchanged_parameter_reads", [](Options& t, py::handle x, const std::string& a) { t.reuse_unchanged_parameter_reads(as_bool(x, a)); }},
       {"watch_cuda", [](Options& t, py::handle x, const std::string& a) { t.watch_cuda(as_bool(x, a)); }},
+      {"keep_torchscript_fusion", [](Options& t, py::handle x, const std::string& a) { t.keep_torchscript_fusion(as_bool(x, a)); }},
       {"ranks", [](Options& t, py::handle x, const std::string& a) { t.ranks(parse_ranks(x, t.ranks(), a)); }},
       {"stats_collections", [](Options& t, py::handle x, const std::string& a) {
          if (py::isinstance<py::dict>(x) || !py::isinstance<py::iterable>(x)) type_error(a, "a list of dicts", x);

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "stats/tensor_stats.h"
+
 namespace sentinel {
 namespace report {
 namespace {
@@ -27,6 +29,20 @@ std::string where(const Frame& f) {
            " in " + place + ")";
   }
   return f.op + " in " + place;
+}
+
+// The latest fused TorchScript group (Options::keep_torchscript_fusion) before the trigger in its
+// batch: its results were not read, so an inf/nan first seen after it may have been made in it.
+const Frame* unread_fused_group_before(const Report& report) {
+  const Frame& t = report.trigger();
+  for (size_t i = report.frames.size(); i-- > 1;) {
+    const Frame& f = report.frames[i - 1];
+    if (f.batch_number != t.batch_number || f.direction != t.direction) break;
+    for (const auto& e : f.entries) {
+      if (e.kind == EntryKind::Skipped && e.skip_reason == stats::describe(stats::Readability::InsideFusedKernel)) return &f;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -56,6 +72,10 @@ void describe_origin(Report& report) {
   if (!inputs.empty()) report.origin += inputs;
   if (params.empty() && inputs.empty()) report.origin += "an input not shown (beyond the per-frame entry limit)";
   if (t.op_index == 0 && !inputs.empty()) report.origin += " (the batch's input)";
+  if (const Frame* fused = unread_fused_group_before(report)) {
+    report.origin += "; the fused TorchScript group " + fused->op +
+                     " ran before it unread and may have made it (watch without keep_torchscript_fusion to see its ops)";
+  }
 }
 
 }  // namespace report

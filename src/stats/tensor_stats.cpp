@@ -263,6 +263,7 @@ const char* describe(Readability r) {
     case Readability::ZeroTensor: return "zero tensor";
     case Readability::NoStorage: return "no storage";
     case Readability::NoData: return "no data";
+    case Readability::InsideFusedKernel: return "inside a fused kernel: not read";
   }
   return "?";
 }

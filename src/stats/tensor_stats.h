@@ -38,6 +38,9 @@ enum class Readability {
   ZeroTensor,  // an efficient zero tensor (at::_efficientzerotensor): no memory at all
   NoStorage,   // a tensor without storage (a functional or wrapper tensor)
   NoData,      // elements without a data pointer
+  // A fused TorchScript group's results (Options::keep_torchscript_fusion): its kernel's event
+  // carries no tensors.
+  InsideFusedKernel,
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

@@ -40,6 +40,7 @@ const char* kFullConfig = R"(sentinel:
   watch_cuda: false
   read_inputs_beside_ops: false
   reuse_unchanged_parameter_reads: true
+  keep_torchscript_fusion: true
   log_dir: logs
   loggers: [jsonl, tensorboard]
   fp8:
@@ -90,6 +91,8 @@ TEST_F(ConfigTest, EveryWatchdogOptionRoundTrips) {
   EXPECT_TRUE(d.read_inputs_beside_ops());
   EXPECT_TRUE(o.reuse_unchanged_parameter_reads());
   EXPECT_FALSE(d.reuse_unchanged_parameter_reads());
+  EXPECT_TRUE(o.keep_torchscript_fusion());
+  EXPECT_FALSE(d.keep_torchscript_fusion());
   EXPECT_EQ(o.log_dir(), "logs");
   EXPECT_EQ(o.loggers(), (std::vector<std::string>{"jsonl", "tensorboard"}));
   EXPECT_NE(d.loggers(), o.loggers());

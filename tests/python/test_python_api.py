@@ -96,6 +96,18 @@ def test_closing_or_collecting_a_watchdog_leaves_the_model_and_torch_as_they_wer
     DebugUnderflowOverflow(model).close()  # the model is free to be watched again
 
 
+def test_torchscript_fusion_is_off_while_watched_and_as_it_was_after_the_last_watchdog():
+    # A scripted sub-module would otherwise run its elementwise chains as one kernel, unseen.
+    before = torch._C._jit_texpr_fuser_enabled()
+    first = DebugUnderflowOverflow(tiny_t5())
+    assert not torch._C._jit_texpr_fuser_enabled()
+    kept = DebugUnderflowOverflow(tiny_t5(), keep_torchscript_fusion=True)
+    first.close()
+    assert torch._C._jit_texpr_fuser_enabled() == before
+    kept.close()
+    assert torch._C._jit_texpr_fuser_enabled() == before
+
+
 def test_the_context_manager_closes_its_watchdog():
     model = Mlp()
     with overflow_sentinel.watch(model, max_frames_to_save=5) as w:

@@ -59,7 +59,7 @@ TEST(MemoryBounded, TenThousandWatchedTrainingStepsHoldNoMoreMemory) {
   // Every feature that keeps something across batches: FP8 watching with all recipes, headroom.
   using sentinel::fp8::ScalingRecipe;
   const auto options = sentinel::Options().output(out).headroom(true).fp8(sentinel::Fp8Options().enabled(true).recipes(
-      {ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4}));
+      {ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4, ScalingRecipe::Float8Block}));
   sentinel::Watchdog watch(model.ptr(), options);
   const auto x = torch::randn({16, 32});
   const Growth g = growth_over_ten_thousand([&](int) {

@@ -7,6 +7,10 @@
 //            E8M0 scale; elements are E4M3 or E5M2.
 //   nvfp4    blocks of 16 E2M1 elements share an E4M3 scale, on top of an FP32 scale per tensor;
 //            weights use 16 x 16 tiles.
+//   float8block  TransformerEngine's Float8BlockScaling (DeepSeek-V3's): 1 x 128 blocks along the
+//            GEMM's reduction dimension for activations and gradients, 128 x 128 tiles for
+//            weights, each with an FP32 scale fp8_max / amax (a power of two, rounded down, by
+//            default); elements E4M3 (E5M2 for gradients under HYBRID).
 //
 // Every function reproduces the float operations of its reference in the same order, so that
 // the scale codes match bit for bit (docs/fp8.md, "Recipes"). Header-only, host and device.
@@ -22,13 +26,14 @@
 namespace sentinel {
 namespace fp8 {
 
-enum class ScalingRecipe : uint8_t { Delayed, Current, MXFP8, NVFP4 };
+enum class ScalingRecipe : uint8_t { Delayed, Current, MXFP8, NVFP4, Float8Block };
 
 SENTINEL_HOST_DEVICE constexpr const char* recipe_name(ScalingRecipe r) {
   return r == ScalingRecipe::Delayed ? "delayed"
          : r == ScalingRecipe::Current ? "current"
          : r == ScalingRecipe::MXFP8   ? "mxfp8"
-                                       : "nvfp4";
+         : r == ScalingRecipe::NVFP4   ? "nvfp4"
+                                       : "float8block";
 }
 
 // How an MXFP8 block's E8M0 exponent is chosen from its amax.
@@ -44,6 +49,7 @@ SENTINEL_HOST_DEVICE constexpr const char* mx_scale_rule_name(MxScaleRule r) {
 
 constexpr int kMxBlock = 32;
 constexpr int kNvfp4Block = 16;
+constexpr int kFloat8Block = 128;  // Float8BlockScaling's block length and tile side
 
 // One block's scale: the stored code, the factor elements are multiplied by before the cast,
 // and the factor a cast value is multiplied by to dequantize it.
@@ -121,6 +127,33 @@ SENTINEL_HOST_DEVICE inline BlockScale nvfp4_block_scale(float block_amax, float
   s.encode = inverse < FLT_MAX ? inverse : FLT_MAX;
   s.decode = block_decode * tensor_decode;
   s.at_min = block_decode == 0.0f && block_amax > 0.0f;
+  return s;
+}
+
+// Float8BlockScaling: the FP32 scale of a block (or 128 x 128 tile) whose largest |x| is amax,
+// as TransformerEngine's compute_scale_from_amax gives it: amax raised to `epsilon`; 1 when that
+// is 0 or inf; else fp8_max / amax (one float division), FLT_MAX where that overflows, and with
+// `pow2` its mantissa cleared (the power of two at or below). Elements are cast as
+// cast(x * scale) and dequantized with scale_inv = 1 / scale. The code is the exponent byte of
+// scale_inv: its power of two, exact for pow2 scales (e8m0_decode gives its value back).
+// `saturated`: the division overflowed (a tiny amax), so the scale was clamped at FLT_MAX.
+SENTINEL_HOST_DEVICE inline BlockScale float8_block_scale(float amax, Format element, bool pow2, float epsilon) {
+  BlockScale s;
+  const float fp8_max = element == Format::E4M3 ? 448.0f : 57344.0f;
+  const float a = amax < epsilon ? epsilon : amax;
+  float scale = 1.0f;
+  if (!(a > FLT_MAX) && a != 0.0f) {
+    scale = fp8_max / a;
+    if (scale > FLT_MAX) {
+      scale = FLT_MAX;
+      s.saturated = true;
+    }
+    if (scale != scale) scale = 1.0f;  // a NaN amax (never from an fmaxf amax)
+    if (pow2) scale = detail::bits_to_float(detail::float_to_bits(scale) & 0xFF800000u);
+  }
+  s.encode = scale;
+  s.decode = 1.0f / scale;
+  s.code = static_cast<uint8_t>(detail::float_to_bits(s.decode) >> 23);
   return s;
 }
 

@@ -63,10 +63,15 @@ class Fp8Options {
   // How MXFP8 picks a block's E8M0 exponent: TransformerEngine's (RoundUp, no element overflows)
   // by default, or the OCP MX v1.0 rule (OcpFloor, the top binade saturates).
   SENTINEL_OPTION_OF(Fp8Options, fp8::MxScaleRule, mx_scale_rule, fp8::MxScaleRule::RoundUp);
+  // Float8Block (TransformerEngine's Float8BlockScaling): power-of-two scales, as TE's default
+  // (false: FP32 scales, as NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1 gives), and the floor put under
+  // each block's amax before its scale is taken (TE's amax_epsilon; default 0, >= 0).
+  SENTINEL_OPTION_OF(Fp8Options, bool, block_scaling_pow2_scales, true);
+  SENTINEL_OPTION_OF(Fp8Options, double, block_scaling_amax_epsilon, 0.0);
 };
 
-// "delayed", "current", "mxfp8", "nvfp4" (also in capitals); throws sentinel::OptionError naming
-// the accepted names for anything else.
+// "delayed", "current", "mxfp8", "nvfp4", "float8block" (also in capitals, and TE's
+// "Float8BlockScaling"); throws sentinel::OptionError naming the accepted names for anything else.
 fp8::ScalingRecipe parse_recipe(const std::string& name);
 // A comma-separated list of them ("delayed,mxfp8"); duplicates and an empty list are errors.
 std::vector<fp8::ScalingRecipe> parse_recipes(const std::string& list);

@@ -70,7 +70,7 @@ struct Fp8SlotMetrics {
   int64_t step = 0;            // the batch number
   std::string module_path;
   std::string role;            // "activation", "weight", "gradient"
-  std::string recipe = "delayed";  // "delayed", "current", "mxfp8", "nvfp4" (docs/fp8.md)
+  std::string recipe = "delayed";  // "delayed", "current", "mxfp8", "nvfp4", "float8block" (docs/fp8.md)
   std::string format;          // the element format: "E4M3", "E5M2", "E2M1" (nvfp4)
   int64_t uses = 0;            // GEMM inputs of this slot in this step
   double cur_amax = 0;         // max |x| this step
@@ -83,10 +83,12 @@ struct Fp8SlotMetrics {
   int64_t overflow = 0, underflow = 0;
   double overflow_pct = 0, underflow_pct = 0;
   double mse = 0, cosine = 1, sqnr_db = 0;
-  // Block recipes (mxfp8, nvfp4) only: the scales (blocks, or 16 x 16 tiles for nvfp4 weights),
-  // those whose amax is 0, whose scale was clamped at its largest or smallest value, that held
-  // an inf or NaN, the finite elements lost to a NaN scale, and the blocks per scale value
-  // (ascending; mxfp8: powers of two, nvfp4: the E4M3 block scales).
+  // Block recipes (mxfp8, nvfp4, float8block) only: the scales (blocks, or 16 x 16 and 128 x 128
+  // tiles for nvfp4 and float8block weights), those whose amax is 0, whose scale was clamped at
+  // its largest or smallest value, that held an inf or NaN, the finite elements lost to a NaN
+  // scale, and the blocks per scale value (ascending; mxfp8: powers of two, nvfp4: the E4M3
+  // block scales, float8block: the power of two of each scale_inv, its value when the scales are
+  // powers of two).
   int64_t blocks = 0, blocks_zero = 0, blocks_saturated = 0, blocks_at_min = 0, blocks_nonfinite = 0;
   int64_t lost = 0;
   std::vector<std::pair<double, int64_t>> block_scales;

@@ -1,11 +1,11 @@
 // sentinel: run a TorchScript model under the watchdog, or the embedded demo.
 //   sentinel                      # the demo
-//   sentinel demo [fp8] [--report-dir D] [--recipes delayed,current,mxfp8,nvfp4]
+//   sentinel demo [fp8] [--report-dir D] [--recipes delayed,current,mxfp8,nvfp4,float8block]
 //   sentinel run --model M.pt --inputs B.pt [--max-frames N] [--trace-batches 1,3]
 //                [--abort-after N] [--report-dir D] [--warn]
 //                [--config C.yaml] [--log-dir D] [--loggers file,jsonl,tensorboard]
 //                [--log-tensor-name-pattern P] [--log-tensor-interval N] [--save-tensor] [--save-tensor-dir D]
-//                [--recipes delayed,current,mxfp8,nvfp4] [--mx-scale-rule round_up|ocp_floor]
+//                [--recipes delayed,current,mxfp8,nvfp4,float8block] [--mx-scale-rule round_up|ocp_floor]
 //                [--dtype bfloat16|float16|float32] [--device cpu|cuda|cuda:N]
 //   sentinel ranks DIR             # summary of the per-rank reports of a run of many ranks
 //   sentinel replay DUMP           # re-run the op saved at detection (exit 3: inf/nan again)
@@ -100,7 +100,7 @@ struct CommonFlags {
     app->add_flag("--save-tensor", save_tensor, "save the selected layers' GEMM tensors (torch.load opens them)");
     app->add_option("--save-tensor-dir", save_dir, "where --save-tensor writes (default: <log-dir>/saved_tensors)");
     app->add_option("--recipes", recipes,
-                    "replay these FP8 recipes side by side on every GEMM's inputs: delayed,current,mxfp8,nvfp4");
+                    "replay these FP8 recipes side by side on every GEMM's inputs: delayed,current,mxfp8,nvfp4,float8block");
     app->add_option("--mx-scale-rule", mx_scale_rule, "MXFP8 block exponent: round_up (TransformerEngine, default) or ocp_floor")
         ->check(CLI::IsMember({"round_up", "ocp_floor"}));
   }

@@ -40,7 +40,7 @@ Fp8Options read_fp8(const YamlReader& r, const Field& field) {
   const std::vector<Field> entries =
       r.entries(field, {"enabled", "fp8_format", "margin", "amax_history_len", "amax_compute_algo", "layers", "freq",
                         "start_step", "end_step", "overflow_alarm", "drift_alarm", "alarm_action", "recipes",
-                        "mx_scale_rule"});
+                        "mx_scale_rule", "block_scaling_pow2_scales", "block_scaling_amax_epsilon"});
   Fp8Options fp8;
   fp8::Recipe recipe;
   for (const Field& e : entries) {
@@ -71,10 +71,12 @@ Fp8Options read_fp8(const YamlReader& r, const Field& field) {
       fp8.alarm_action(read_action(r, e));
     } else if (e.key == "recipes") {
       constexpr fp8::ScalingRecipe kRecipes[] = {fp8::ScalingRecipe::Delayed, fp8::ScalingRecipe::Current,
-                                                 fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4};
+                                                 fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4,
+                                                 fp8::ScalingRecipe::Float8Block};
       std::vector<fp8::ScalingRecipe> recipes;
       for (const Field& item : r.list(e)) {
-        const fp8::ScalingRecipe chosen = kRecipes[r.choice(item, {"delayed", "current", "mxfp8", "nvfp4"})];
+        const fp8::ScalingRecipe chosen =
+            kRecipes[r.choice(item, {"delayed", "current", "mxfp8", "nvfp4", "float8block"})];
         if (std::find(recipes.begin(), recipes.end(), chosen) != recipes.end()) {
           r.fail(item, fmt::format("{}: names '{}' twice", e.name, fp8::recipe_name(chosen)));
         }
@@ -85,6 +87,14 @@ Fp8Options read_fp8(const YamlReader& r, const Field& field) {
     } else if (e.key == "mx_scale_rule") {
       fp8.mx_scale_rule(r.choice(e, {"round_up", "ocp_floor"}) == 0 ? fp8::MxScaleRule::RoundUp
                                                                     : fp8::MxScaleRule::OcpFloor);
+    } else if (e.key == "block_scaling_pow2_scales") {
+      fp8.block_scaling_pow2_scales(r.boolean(e));
+    } else if (e.key == "block_scaling_amax_epsilon") {
+      const double v = r.number(e);
+      if (!(v >= 0 && v <= 3.4028234663852886e38)) {
+        r.fail(e, fmt::format("{}: must be a float >= 0, got {}", e.name, e.node.Scalar()));
+      }
+      fp8.block_scaling_amax_epsilon(v);
     }
   }
   const config::Schedule s = config::read_schedule(r, entries);

@@ -17,7 +17,8 @@ constexpr const char* kStatNames[] = {"min",     "max",      "mean",          "s
 static_assert(std::size(kStatNames) == static_cast<size_t>(Stat::Overflows) + 1, "a name for every Stat, in order");
 
 constexpr fp8::ScalingRecipe kRecipes[] = {fp8::ScalingRecipe::Delayed, fp8::ScalingRecipe::Current,
-                                           fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4};
+                                           fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4,
+                                           fp8::ScalingRecipe::Float8Block};
 
 void check_recipes(const std::vector<fp8::ScalingRecipe>& recipes) {
   if (recipes.empty()) throw OptionError("sentinel: fp8 recipes must name at least one recipe");
@@ -38,7 +39,9 @@ fp8::ScalingRecipe parse_recipe(const std::string& name) {
   for (fp8::ScalingRecipe r : kRecipes) {
     if (lower == fp8::recipe_name(r)) return r;
   }
-  throw OptionError("sentinel: unknown fp8 recipe '" + name + "' (expected delayed, current, mxfp8 or nvfp4)");
+  if (lower == "float8blockscaling" || lower == "float8_block") return fp8::ScalingRecipe::Float8Block;
+  throw OptionError("sentinel: unknown fp8 recipe '" + name +
+                    "' (expected delayed, current, mxfp8, nvfp4 or float8block)");
 }
 
 std::vector<fp8::ScalingRecipe> parse_recipes(const std::string& list) {
@@ -97,6 +100,10 @@ void Options::validate() const {
     throw OptionError("sentinel: fp8 alarm thresholds must be numbers, overflow_alarm >= 0");
   }
   if (fp8_.enabled()) check_recipes(fp8_.recipes());
+  if (!(fp8_.block_scaling_amax_epsilon() >= 0 && fp8_.block_scaling_amax_epsilon() <= 3.4028234663852886e38)) {
+    throw OptionError("sentinel: fp8 block_scaling_amax_epsilon must be a float >= 0, got " +
+                      std::to_string(fp8_.block_scaling_amax_epsilon()));
+  }
   if (ranks_.world_size() != -1 && ranks_.world_size() < 1) {
     throw OptionError("sentinel: ranks world_size must be at least 1 (or -1: from the environment), got " +
                       std::to_string(ranks_.world_size()));

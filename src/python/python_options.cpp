@@ -134,6 +134,8 @@ Fp8Options parse_fp8(py::handle v, Fp8Options o, const std::string& argument) {
          t.mx_scale_rule(parse_named<fp8::MxScaleRule>(as_str(x, a), a, {{"round_up", fp8::MxScaleRule::RoundUp},
                                                                          {"ocp_floor", fp8::MxScaleRule::OcpFloor}}));
        }},
+      {"block_scaling_pow2_scales", [](Fp8Options& t, py::handle x, const std::string& a) { t.block_scaling_pow2_scales(as_bool(x, a)); }},
+      {"block_scaling_amax_epsilon", [](Fp8Options& t, py::handle x, const std::string& a) { t.block_scaling_amax_epsilon(as_float(x, a)); }},
   };
   // fp8=True: every layer with the defaults.
   if (py::isinstance<py::bool_>(v)) return o.enabled(v.cast<bool>());

@@ -194,6 +194,9 @@ __attribute__((always_inline)) inline void scales_body(const float* __restrict a
   const float tensor_decode = static_cast<float>(1.0 / static_cast<double>(rule.tensor_scale));
   const float mx_rcp = rule.element == fp8::Format::E4M3 ? static_cast<float>(1.0 / 448.0) : static_cast<float>(1.0 / 57344.0);
   const uint32_t ocp_bias = 127u + (rule.element == fp8::Format::E4M3 ? 8u : 15u);  // + emax of the element
+  const float fb_max = rule.element == fp8::Format::E4M3 ? 448.0f : 57344.0f;
+  const uint32_t fb_mask = rule.pow2 ? 0xFF800000u : 0xFFFFFFFFu;  // pow2: the mantissa cleared
+  const float fb_epsilon = rule.epsilon;
   uint32_t zero = 0, saturated = 0, clamped = 0, clamped_zero = 0, nonfinite = 0;
   for (int64_t k = 0; k < n; ++k) {
     const float a = amax[k];
@@ -215,6 +218,19 @@ __attribute__((always_inline)) inline void scales_body(const float* __restrict a
       const float inverse = 1.0f / dec;
       enc = inverse < FLT_MAX ? inverse : FLT_MAX;
       small = q == 0.0f;
+    } else if constexpr (kKind == fp8::ScalingRecipe::Float8Block) {
+      // TransformerEngine's compute_scale_from_amax: 1 for a zero or infinite amax, FLT_MAX where
+      // the division overflows.
+      const float am = a < fb_epsilon ? fb_epsilon : a;
+      const float q = fb_max / am;
+      const uint32_t usable = (am != 0.0f) & (am <= FLT_MAX);
+      sat = usable & (q > FLT_MAX);
+      float scale = q > FLT_MAX ? FLT_MAX : q;
+      scale = usable ? scale : 1.0f;
+      enc = float_of(bits_of(scale) & fb_mask);
+      dec = 1.0f / enc;
+      code = bits_of(dec) >> 23;
+      small = 0;
     } else if constexpr (kRule == fp8::MxScaleRule::RoundUp) {
       const uint32_t x = bits_of(a * mx_rcp);
       // Up to the next power of two when a mantissa bit is set (e8m0_encode's rule).
@@ -276,6 +292,9 @@ __attribute__((always_inline)) inline void scales_any(const float* amax, const f
   using fp8::MxScaleRule;
   using fp8::ScalingRecipe;
   if (rule.kind == ScalingRecipe::NVFP4) return scales_for<ScalingRecipe::NVFP4, MxScaleRule::RoundUp>(amax, low, special, n, rule, out, tally);
+  if (rule.kind == ScalingRecipe::Float8Block) {
+    return scales_for<ScalingRecipe::Float8Block, MxScaleRule::RoundUp>(amax, low, special, n, rule, out, tally);
+  }
   if (rule.rule == MxScaleRule::RoundUp) return scales_for<ScalingRecipe::MXFP8, MxScaleRule::RoundUp>(amax, low, special, n, rule, out, tally);
   scales_for<ScalingRecipe::MXFP8, MxScaleRule::OcpFloor>(amax, low, special, n, rule, out, tally);
 }

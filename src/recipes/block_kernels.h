@@ -52,10 +52,12 @@ inline uint32_t block_path(float amax, float low, uint32_t special, float encode
 
 // What turns a block's amax into its scale, fixed for one tensor (include/sentinel/block_scaling.h).
 struct ScaleRule {
-  fp8::ScalingRecipe kind = fp8::ScalingRecipe::MXFP8;  // MXFP8 or NVFP4
-  fp8::Format element = fp8::Format::E4M3;              // MXFP8's element format
+  fp8::ScalingRecipe kind = fp8::ScalingRecipe::MXFP8;  // MXFP8, NVFP4 or Float8Block
+  fp8::Format element = fp8::Format::E4M3;              // MXFP8's and Float8Block's element format
   fp8::MxScaleRule rule = fp8::MxScaleRule::RoundUp;
   float tensor_scale = 1.0f;                            // NVFP4's S_enc (fp8::nvfp4_tensor_scale)
+  bool pow2 = true;                                     // Float8Block: power-of-two scales
+  float epsilon = 0.0f;                                 // Float8Block: the amax's floor
 };
 
 // Blocks counted by block_scales, as BlockProbeResult counts them.
@@ -64,7 +66,7 @@ struct ScaleTally {
 };
 
 // For n blocks with amax[k], low[k] and special[k] (block_amaxes): the scale of each, as
-// fp8::mxfp8_block_scale / fp8::nvfp4_block_scale give it (an OCP-rule block holding inf or NaN
+// fp8::mxfp8_block_scale / fp8::nvfp4_block_scale / fp8::float8_block_scale give it (an OCP-rule block holding inf or NaN
 // gets the NaN scale), in vector lanes: code[k], encode[k], decode[k]; and path[k] (block_path:
 // kExactCast where the block holds inf or NaN, its scale is lost or zero, or its squares could
 // leave float's range), for casting to `element`. Adds the blocks' tallies to `tally`; the

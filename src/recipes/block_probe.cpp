@@ -30,7 +30,7 @@ void BlockProbeResult::add(const BlockProbeResult& o) {
 
 namespace {
 
-constexpr int64_t kChunk = 4096;  // floats per buffer: whole blocks of 16 and 32, in L1
+constexpr int64_t kChunk = 4096;  // floats per buffer: whole blocks of 16, 32 and 128, in L1
 
 template <typename T>
 inline float to_float(T v) {
@@ -44,41 +44,54 @@ inline float to_float(T v) {
   }
 }
 
-// Casts buffers of whole blocks for one tensor and one recipe, and keeps the tallies.
+// Casts buffers of whole blocks for one tensor and one recipe, and keeps the tallies. Amaxes are
+// taken over sub-blocks of 16 (NVFP4) or 32 elements; a scale covers one sub-block, or a group:
+// `width` sub-blocks along a row (Float8Block's 1 x 128) times the rows of a tile band (NVFP4's
+// 16 x 16 and Float8Block's 128 x 128 tiles).
 class BlockCaster {
  public:
   BlockCaster(const BlockRecipe& r, float tensor_amax, BlockProbeResult& out)
-      : rule_{r.kind, r.element, r.rule, fp8::nvfp4_tensor_scale(tensor_amax)},
+      : rule_{r.kind, r.element, r.rule, fp8::nvfp4_tensor_scale(tensor_amax), r.pow2, r.epsilon},
         block_(r.kind == fp8::ScalingRecipe::NVFP4 ? fp8::kNvfp4Block : fp8::kMxBlock),
+        width_(r.kind == fp8::ScalingRecipe::Float8Block ? fp8::kFloat8Block / fp8::kMxBlock : 1),
         element_(r.kind == fp8::ScalingRecipe::NVFP4 ? e2m1_format() : element_format(r.element)),
         out_(out) {}
 
   int block() const { return block_; }
+  // Lines are zero-padded to a multiple of this: whole groups.
+  int line_multiple() const { return block_ * width_; }
+  // A tile's side (rows of a band, and the columns its row pieces are padded to).
+  int tile_side() const { return rule_.kind == fp8::ScalingRecipe::Float8Block ? fp8::kFloat8Block : block_; }
 
-  // `nblocks` blocks at p holding `elements` real values; `valid[k]` (nullptr: all) says how many
-  // of block k's are real, the rest being zero padding. With
-  // `tile_rows` > 0 the blocks are rows of 16 x 16 tiles: tile_rows rows of nblocks / tile_rows
-  // blocks each, and a tile's blocks share the tile's amax and scale.
-  void run(const float* p, int64_t nblocks, int64_t elements, const uint8_t* valid, int64_t tile_rows = 0) {
+  // `nblocks` sub-blocks at p holding `elements` real values; `valid[k]` (nullptr: all) says how
+  // many of sub-block k's are real, the rest being zero padding. The sub-blocks are `tile_rows`
+  // rows of nblocks / tile_rows each, and a tile's sub-blocks share the tile's amax and scale.
+  void run(const float* p, int64_t nblocks, int64_t elements, const uint8_t* valid, int64_t tile_rows = 1) {
     resize(nblocks);
     block_amaxes(p, nblocks, block_, amax_.data(), low_.data(), special_.data());
-    const int64_t groups = tile_rows > 0 ? nblocks / tile_rows : nblocks;  // one scale per block, or per tile
-    if (tile_rows > 0) combine_tiles(groups, tile_rows);
-    const float* group_amax = tile_rows > 0 ? tile_amax_.data() : amax_.data();
-    const uint8_t* group_special = tile_rows > 0 ? tile_special_.data() : special_.data();
+    const bool grouped = tile_rows > 1 || width_ > 1;
+    const int64_t per_row = nblocks / tile_rows;
+    const int64_t groups = grouped ? per_row / width_ : nblocks;  // one scale per group
+    if (grouped) combine_groups(per_row, tile_rows, groups);
+    const float* group_amax = grouped ? g_amax_.data() : amax_.data();
+    const uint8_t* group_special = grouped ? g_special_.data() : special_.data();
+    float* enc = grouped ? g_encode_.data() : encode_.data();
+    float* dec = grouped ? g_decode_.data() : decode_.data();
+    uint8_t* path = grouped ? g_path_.data() : path_.data();
     ScaleTally t;
-    // A tile's paths are its rows' blocks' own (spread_tiles): the tile's amax stands in for low.
-    block_scales(group_amax, tile_rows > 0 ? group_amax : low_.data(), group_special, groups, rule_, element_,
-                 code_.data(), encode_.data(), decode_.data(), path_.data(), t);
+    // A group's paths are its sub-blocks' own (spread_groups): the group's amax stands in for low.
+    block_scales(group_amax, grouped ? group_amax : low_.data(), group_special, groups, rule_, element_, code_.data(),
+                 enc, dec, path, t);
     out_.blocks += groups;
     out_.blocks_zero += t.zero;
     out_.blocks_saturated += t.saturated;
     out_.blocks_at_min += t.at_min;
     out_.blocks_nonfinite += t.nonfinite;
     for (int64_t k = 0; k < groups; ++k) ++codes_[k & 3][code_[k]];  // four histograms: no chain of increments
-    if (tile_rows > 0) spread_tiles(groups, tile_rows);
-    const bool e8m0 = rule_.kind == fp8::ScalingRecipe::MXFP8;  // power-of-two scales
-    cast_blocks(p, nblocks, block_, e8m0, encode_.data(), decode_.data(), path_.data(), element_, out_.cast);
+    if (grouped) spread_groups(nblocks, per_row);
+    // Power-of-two scales (MXFP8's E8M0, Float8Block's by default): encode * decode is exactly 1.
+    const bool pow2 = rule_.kind == fp8::ScalingRecipe::MXFP8 || (rule_.kind == fp8::ScalingRecipe::Float8Block && rule_.pow2);
+    cast_blocks(p, nblocks, block_, pow2, encode_.data(), decode_.data(), path_.data(), element_, out_.cast);
     int64_t excluded = 0;  // non-finite and lost elements: not part of `count`
     for (int64_t k0 = 0; k0 < nblocks; k0 += 8) {  // eight paths at a time: exact blocks are rare
       uint64_t any = 0;
@@ -109,28 +122,33 @@ class BlockCaster {
     path_.resize(nblocks);
   }
 
-  // A tile's amax and special flag over its rows' blocks: column k of the tile_rows x groups grid.
-  void combine_tiles(int64_t groups, int64_t tile_rows) {
-    tile_amax_.assign(amax_.begin(), amax_.begin() + groups);
-    tile_special_.assign(special_.begin(), special_.begin() + groups);
-    for (int64_t r = 1; r < tile_rows; ++r) {
-      for (int64_t k = 0; k < groups; ++k) {
-        tile_amax_[k] = std::max(tile_amax_[k], amax_[k + r * groups]);
-        tile_special_[k] = tile_special_[k] | special_[k + r * groups];
+  // A group's amax and special flag over its sub-blocks: in each of the tile_rows rows of
+  // per_row sub-blocks, the `width_` sub-blocks from g * width_.
+  void combine_groups(int64_t per_row, int64_t tile_rows, int64_t groups) {
+    g_amax_.assign(static_cast<size_t>(groups), 0.0f);
+    g_special_.assign(static_cast<size_t>(groups), 0);
+    g_encode_.resize(static_cast<size_t>(groups));
+    g_decode_.resize(static_cast<size_t>(groups));
+    g_path_.resize(static_cast<size_t>(groups));
+    for (int64_t r = 0; r < tile_rows; ++r) {
+      for (int64_t c = 0; c < per_row; ++c) {
+        const int64_t j = r * per_row + c, g = c / width_;
+        g_amax_[g] = std::max(g_amax_[g], amax_[j]);
+        g_special_[g] = g_special_[g] | special_[j];
       }
     }
   }
 
-  // Gives every row's block its tile's scale (row 0's entries hold them), and its path under it:
-  // a block is cast in double when its own values, or its tile's scale, need it.
-  void spread_tiles(int64_t groups, int64_t tile_rows) {
-    for (int64_t k = 0; k < groups; ++k) {
-      for (int64_t r = 0; r < tile_rows; ++r) {
-        const int64_t j = k + r * groups;
-        encode_[j] = encode_[k];
-        decode_[j] = decode_[k];
-        path_[j] = static_cast<uint8_t>(block_path(amax_[j], low_[j], special_[j], encode_[k], decode_[k], element_));
-      }
+  // Gives every sub-block its group's scale, and its path under it: a sub-block is cast in
+  // double when its own values, or its group's, need it (a group's amax sets its scale, so a
+  // quiet sub-block beside a huge value still has factors whose squares leave float's range).
+  void spread_groups(int64_t nblocks, int64_t per_row) {
+    for (int64_t j = 0; j < nblocks; ++j) {
+      const int64_t g = (j % per_row) / width_;
+      encode_[j] = g_encode_[g];
+      decode_[j] = g_decode_[g];
+      path_[j] = static_cast<uint8_t>(block_path(amax_[j], low_[j], special_[j], g_encode_[g], g_decode_[g], element_) |
+                                      (g_path_[g] & kExactCast));
     }
   }
 
@@ -166,10 +184,11 @@ class BlockCaster {
 
   ScaleRule rule_;
   int block_;
+  int width_;
   stats::Fp8ProbeParams element_;
   BlockProbeResult& out_;
-  std::vector<float> amax_, low_, encode_, decode_, tile_amax_;
-  std::vector<uint8_t> special_, path_, code_, tile_special_;
+  std::vector<float> amax_, low_, encode_, decode_, g_amax_, g_encode_, g_decode_;
+  std::vector<uint8_t> special_, path_, code_, g_special_, g_path_;
   std::array<std::array<int64_t, 256>, 4> codes_{};
 };
 
@@ -199,12 +218,12 @@ void walk_lines(const at::Tensor& t, int64_t dim, BlockCaster& caster) {
   const T* base = static_cast<const T*>(stats::read_only_data(t));
   const auto sizes = t.sizes();
   const auto strides = t.strides();
-  const int64_t B = caster.block();
+  const int64_t B = caster.block(), L = caster.line_multiple();
   const int64_t K = t.dim() == 0 ? 1 : sizes[dim];
   const int64_t stride = t.dim() == 0 ? 1 : strides[dim];
   if constexpr (std::is_same_v<T, float>) {
     // In place: every line follows the previous one in memory (dim innermost, others packed).
-    bool packed = stride == 1 && K % B == 0;
+    bool packed = stride == 1 && K % L == 0;
     int64_t expected = K;
     for (int64_t d = t.dim() - 1; d >= 0 && packed; --d) {
       if (d == dim || sizes[d] == 1) continue;
@@ -236,10 +255,10 @@ void walk_lines(const at::Tensor& t, int64_t dim, BlockCaster& caster) {
     const T* p = base + offset_of(index, strides);
     for (int64_t start = 0; start < K; start += kChunk) {  // a line longer than a buffer: in pieces
       const int64_t len = std::min(kChunk, K - start);
-      const int64_t need = round_up(len, B);
+      const int64_t need = round_up(len, L);
       if (used + need > static_cast<int64_t>(buffer.size())) flush();
       for (int64_t i = 0; i < len; ++i) buffer[used + i] = to_float(p[(start + i) * stride]);
-      for (int64_t b = 0; b < len; b += B) valid.push_back(static_cast<uint8_t>(std::min(B, len - b)));
+      for (int64_t b = 0; b < need; b += B) valid.push_back(static_cast<uint8_t>(std::clamp<int64_t>(len - b, 0, B)));
       used += need;
       elements += len;
     }
@@ -248,29 +267,29 @@ void walk_lines(const at::Tensor& t, int64_t dim, BlockCaster& caster) {
   flush();
 }
 
-// NVFP4 weights: 16 x 16 tiles over the last two dimensions (rows r, columns c), one group of
-// 16 rows at a time, each row zero-padded to whole blocks.
+// NVFP4 and Float8Block weights: 16 x 16 (128 x 128) tiles over the last two dimensions (rows r,
+// columns c), one band of a tile's rows at a time, each row zero-padded to whole tiles.
 template <typename T>
 void walk_tiles(const at::Tensor& t, BlockCaster& caster) {
   const T* base = static_cast<const T*>(stats::read_only_data(t));
   const auto sizes = t.sizes();
   const auto strides = t.strides();
-  const int64_t nd = t.dim(), B = caster.block();
+  const int64_t nd = t.dim(), B = caster.block(), side = caster.tile_side();
   const int64_t R = sizes[nd - 2], C = sizes[nd - 1], sr = strides[nd - 2], sc = strides[nd - 1];
-  const int64_t padded = round_up(C, B);
+  const int64_t padded = round_up(C, side);
   thread_local std::vector<float> buffer;
   std::vector<uint8_t> valid;
   std::vector<int64_t> index(static_cast<size_t>(nd), 0);
   const int64_t matrices = t.numel() / (R * C);
   for (int64_t m = 0; m < matrices; ++m) {
     const T* mat = base + offset_of(index, strides);
-    for (int64_t r0 = 0; r0 < R; r0 += B) {
-      const int64_t rows = std::min(B, R - r0);
+    for (int64_t r0 = 0; r0 < R; r0 += side) {
+      const int64_t rows = std::min(side, R - r0);
       buffer.assign(static_cast<size_t>(rows * padded), 0.0f);
       valid.clear();
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < C; ++c) buffer[r * padded + c] = to_float(mat[(r0 + r) * sr + c * sc]);
-        for (int64_t c = 0; c < C; c += B) valid.push_back(static_cast<uint8_t>(std::min(B, C - c)));
+        for (int64_t c = 0; c < padded; c += B) valid.push_back(static_cast<uint8_t>(std::clamp<int64_t>(C - c, 0, B)));
       }
       caster.run(buffer.data(), rows * padded / B, rows * C, valid.data(), rows);
     }

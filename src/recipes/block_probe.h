@@ -1,5 +1,5 @@
 #pragma once
-// What a block-scaled recipe (MXFP8, NVFP4) would do to one CPU tensor: every block's scale
+// What a block-scaled recipe (MXFP8, NVFP4, Float8Block) would do to one CPU tensor: every block's scale
 // from its amax, every element cast with it, in the dequantized domain. Internal.
 #include <sentinel/block_scaling.h>
 
@@ -16,13 +16,15 @@ namespace sentinel {
 namespace recipes {
 
 struct BlockRecipe {
-  fp8::ScalingRecipe kind = fp8::ScalingRecipe::MXFP8;  // MXFP8 or NVFP4
-  fp8::Format element = fp8::Format::E4M3;              // MXFP8's element format
+  fp8::ScalingRecipe kind = fp8::ScalingRecipe::MXFP8;  // MXFP8, NVFP4 or Float8Block
+  fp8::Format element = fp8::Format::E4M3;              // MXFP8's and Float8Block's element format
   fp8::MxScaleRule rule = fp8::MxScaleRule::RoundUp;
+  bool pow2 = true;         // Float8Block: power-of-two scales
+  float epsilon = 0.0f;     // Float8Block: the amax's floor
 };
 
-// Where a tensor's blocks lie: along `dim` (the GEMM's reduction dimension), or, for NVFP4
-// weights, as 16 x 16 tiles over the last two dimensions.
+// Where a tensor's blocks lie: along `dim` (the GEMM's reduction dimension), or, for NVFP4 and
+// Float8Block weights, as 16 x 16 (128 x 128) tiles over the last two dimensions.
 struct BlockLayout {
   int dim = -1;
   bool tiles_2d = false;
@@ -36,7 +38,8 @@ struct BlockProbeResult {
   int64_t blocks_at_min = 0;     // clamped at the smallest (E8M0 2^-127, or an E4M3 scale of 0)
   int64_t blocks_nonfinite = 0;  // holding an inf or NaN
   int64_t lost = 0;              // finite elements of blocks whose scale is NaN (OCP rule)
-  std::array<int64_t, 256> scale_codes{};  // blocks per scale code (E8M0, or E4M3 for NVFP4)
+  // blocks per scale code: E8M0 (MXFP8), E4M3 (NVFP4), or scale_inv's exponent byte (Float8Block)
+  std::array<int64_t, 256> scale_codes{};
 
   void add(const BlockProbeResult& o);
 };

@@ -19,8 +19,9 @@ namespace recipes {
 //   convolutions: along the channels (dim 1) of the input and the weight; a transposed
 //     convolution's weight [C_in, C_out/g, ...] along dim 0.
 //   gradients: along the last dimension (the dgrad GEMM's reduction), the channels for convs.
-// NVFP4 weights of the matrix GEMMs take 16 x 16 tiles (`tiles_2d`), as TransformerEngine does.
-inline BlockLayout operand_layout(const std::string& op, fp8::Role role, int arg, int64_t dims, bool nvfp4) {
+// NVFP4 and Float8Block weights of the matrix GEMMs take 16 x 16 and 128 x 128 tiles
+// (`tiles_2d`, `tiled_weights`), as TransformerEngine does.
+inline BlockLayout operand_layout(const std::string& op, fp8::Role role, int arg, int64_t dims, bool tiled_weights) {
   BlockLayout layout;
   const bool conv = op.find("conv") != std::string::npos;
   if (conv) {
@@ -35,7 +36,7 @@ inline BlockLayout operand_layout(const std::string& op, fp8::Role role, int arg
   const bool second = (op == "aten::addmm" || op == "aten::baddbmm") ? arg == 2 : arg == 1;
   const bool linear = op == "aten::linear";
   layout.dim = second && !linear && dims >= 2 ? -2 : -1;
-  layout.tiles_2d = nvfp4 && role == fp8::Role::Weight && dims >= 2;
+  layout.tiles_2d = tiled_weights && role == fp8::Role::Weight && dims >= 2;
   return layout;
 }
 

@@ -32,10 +32,11 @@ bool probe_recipe(const at::Tensor& t, const Fp8Options& options, fp8::Role role
     tally.result.cast.add(cast);
     return true;
   }
-  const bool nvfp4 = tally.recipe == fp8::ScalingRecipe::NVFP4;
-  BlockRecipe recipe{tally.recipe, element_of(options, role), options.mx_scale_rule()};
+  const bool tiled_weights = tally.recipe == fp8::ScalingRecipe::NVFP4 || tally.recipe == fp8::ScalingRecipe::Float8Block;
+  BlockRecipe recipe{tally.recipe, element_of(options, role), options.mx_scale_rule(), options.block_scaling_pow2_scales(),
+                     static_cast<float>(options.block_scaling_amax_epsilon())};
   BlockProbeResult found;
-  if (!probe_blocks(t, recipe, operand_layout(op, role, arg, t.dim(), nvfp4), amax, found)) return false;
+  if (!probe_blocks(t, recipe, operand_layout(op, role, arg, t.dim(), tiled_weights), amax, found)) return false;
   tally.result.add(found);
   return true;
 }
@@ -81,11 +82,13 @@ Fp8SlotMetrics recipe_metrics(const RecipeTally& tally, const Fp8Options& option
   m.lost = r.lost;
   for (int code = 0; code < 256; ++code) {
     if (r.scale_codes[code] == 0) continue;
+    // Float8Block: scale_inv's power of two (exact for its default power-of-two scales).
     const double value = tally.recipe == fp8::ScalingRecipe::NVFP4 ? fp8::decode(static_cast<uint8_t>(code), fp8::Format::E4M3)
                                                                   : fp8::e8m0_decode(static_cast<uint8_t>(code));
     m.block_scales.emplace_back(value, r.scale_codes[code]);
   }
-  // E8M0 codes ascend with their values; E4M3's positive codes too (the sign bit is never set).
+  // E8M0 codes and exponent bytes ascend with their values; E4M3's positive codes too (the sign
+  // bit is never set).
   return m;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The recipes beside delayed scaling (current, mxfp8, nvfp4) on one GEMM operand, and their
+// The recipes beside delayed scaling (current, mxfp8, nvfp4, float8block) on one GEMM operand, and their
 // metrics per slot and step. The FP8 monitor (core/fp8_monitor.h) keeps one tally per recipe
 // in each slot. Internal.
 #include <sentinel/options.h>

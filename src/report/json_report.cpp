@@ -56,7 +56,7 @@ nlohmann::json fp8_metrics_json(const Fp8SlotMetrics& m) {
           {"mse", number(m.mse)},
           {"cosine", number(m.cosine)},
           {"sqnr_db", number(m.sqnr_db)}};
-  if (m.recipe == "mxfp8" || m.recipe == "nvfp4") {
+  if (m.recipe == "mxfp8" || m.recipe == "nvfp4" || m.recipe == "float8block") {
     nlohmann::json scales = nlohmann::json::array();
     for (const auto& [value, blocks] : m.block_scales) scales.push_back({number(value), blocks});
     j["blocks"] = m.blocks;

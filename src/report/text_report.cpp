@@ -116,7 +116,7 @@ std::string render_fp8_recipe_table(const std::vector<Fp8SlotMetrics>& metrics) 
       }
       out += fmt::format(" | {:>8.3f} {:>8.3f} {:>8.1f}", found->overflow_pct, found->underflow_pct, found->sqnr_db);
       if (found->blocks > 0) {
-        blocks += fmt::format("{:<{}} {:<6} ({}): {} blocks, {} all zero, {} saturated, {} at the smallest scale, {} with inf/nan\n",
+        blocks += fmt::format("{:<{}} {:<11} ({}): {} blocks, {} all zero, {} saturated, {} at the smallest scale, {} with inf/nan\n",
                               slot, width, r, found->format, found->blocks, found->blocks_zero, found->blocks_saturated,
                               found->blocks_at_min, found->blocks_nonfinite);
       }

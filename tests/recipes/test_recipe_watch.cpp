@@ -48,7 +48,7 @@ TEST(RecipeWatch, EveryRecipeReportsEverySlotAsItsProbeOfTheGemmOperands) {
   const auto options = Fp8Options()
                            .enabled(true)
                            .recipes({ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8,
-                                     ScalingRecipe::NVFP4})
+                                     ScalingRecipe::NVFP4, ScalingRecipe::Float8Block})
                            .mx_scale_rule(fp8::MxScaleRule::OcpFloor);
   DebugUnderflowOverflow<torch::nn::Linear> debug(linear, Options().fp8(options));
   torch::NoGradGuard no_grad;
@@ -56,11 +56,11 @@ TEST(RecipeWatch, EveryRecipeReportsEverySlotAsItsProbeOfTheGemmOperands) {
   x[0][0] = 500.0f;  // E4M3's top binade: OCP's exponent 0 leaves it above 464, and it saturates
   debug.forward(x);
   const auto metrics = debug.fp8_metrics();
-  ASSERT_EQ(metrics.size(), 8u);  // activation and weight, four recipes each
+  ASSERT_EQ(metrics.size(), 10u);  // activation and weight, five recipes each
   // The C++ frontend's Linear runs aten::addmm(bias, x, weight.t()): x along its rows, the
   // weight's transpose along its columns (the weight's rows), NVFP4's weight in 16 x 16 tiles.
   const auto w = linear->weight.detach().t();
-  for (ScalingRecipe r : {ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4}) {
+  for (ScalingRecipe r : {ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4, ScalingRecipe::Float8Block}) {
     for (const auto& [role, t, arg, name] :
          {std::make_tuple(fp8::Role::Activation, x, 1, "activation"), std::make_tuple(fp8::Role::Weight, w, 2, "weight")}) {
       SCOPED_TRACE(std::string(fp8::recipe_name(r)) + " " + name);
@@ -83,12 +83,16 @@ TEST(RecipeWatch, EveryRecipeReportsEverySlotAsItsProbeOfTheGemmOperands) {
   EXPECT_EQ(find(metrics, "weight", "mxfp8")->blocks, 48);
   EXPECT_EQ(find(metrics, "activation", "nvfp4")->blocks, 8 * 3);
   EXPECT_EQ(find(metrics, "weight", "nvfp4")->blocks, 2 * 3);
+  // Float8Block: each activation row of 37 is one 1 x 128 block; the weight one 128 x 128 tile.
+  EXPECT_EQ(find(metrics, "activation", "float8block")->blocks, 8);
+  EXPECT_EQ(find(metrics, "weight", "float8block")->blocks, 1);
+  EXPECT_EQ(find(metrics, "activation", "float8block")->overflow, 0);  // scaled to its block's amax
   EXPECT_GT(find(metrics, "activation", "mxfp8")->overflow, 0);  // OCP floor: 448..512 saturates
   EXPECT_EQ(find(metrics, "activation", "current")->overflow, 0);  // current scaling never overflows
   EXPECT_NE(fp8_metrics_json_line(*find(metrics, "weight", "nvfp4")).find("\"block_scales\":[["), std::string::npos);
   EXPECT_NE(render_fp8_metrics_text(*find(metrics, "weight", "mxfp8")).find("weight E4M3 mxfp8: "), std::string::npos);
   const std::string table = render_fp8_recipe_table(metrics);
-  for (const char* name : {"delayed", "current", "mxfp8", "nvfp4", "activation", "weight"}) {
+  for (const char* name : {"delayed", "current", "mxfp8", "nvfp4", "float8block", "activation", "weight"}) {
     EXPECT_NE(table.find(name), std::string::npos) << table;
   }
 }
@@ -127,15 +131,23 @@ TEST(RecipeWatch, TrainingStepProbesGradientsAlongTheirLastDimension) {
 
 TEST(RecipeWatch, RecipeNamesAreCheckedInOptionsAndConfig) {
   EXPECT_EQ(parse_recipes("delayed,MXFP8,nvfp4").size(), 3u);
+  EXPECT_EQ(parse_recipes("Float8BlockScaling,current").front(), ScalingRecipe::Float8Block);
+  EXPECT_EQ(parse_recipe("float8block"), ScalingRecipe::Float8Block);
+  EXPECT_THROW(Options().fp8(Fp8Options().enabled(true).block_scaling_amax_epsilon(-1)).validate(), OptionError);
   EXPECT_THROW(parse_recipes("delayed,bogus"), OptionError);
   EXPECT_THROW(parse_recipes("mxfp8,mxfp8"), OptionError);
   EXPECT_THROW(parse_recipes(""), OptionError);
   EXPECT_THROW(Options().fp8(Fp8Options().enabled(true).recipes({})).validate(), OptionError);
   const std::string path = ::testing::TempDir() + "recipes.yaml";
-  std::ofstream(path) << "sentinel:\n  fp8:\n    enabled: true\n    recipes: [delayed, nvfp4]\n    mx_scale_rule: ocp_floor\n";
+  std::ofstream(path) << "sentinel:\n  fp8:\n    enabled: true\n    recipes: [delayed, nvfp4, float8block]\n"
+                          "    mx_scale_rule: ocp_floor\n    block_scaling_pow2_scales: false\n"
+                          "    block_scaling_amax_epsilon: 1.0e-6\n";
   const Options o = Options::from_yaml(path);
-  ASSERT_EQ(o.fp8().recipes().size(), 2u);
+  ASSERT_EQ(o.fp8().recipes().size(), 3u);
   EXPECT_EQ(o.fp8().recipes()[1], ScalingRecipe::NVFP4);
+  EXPECT_EQ(o.fp8().recipes()[2], ScalingRecipe::Float8Block);
+  EXPECT_FALSE(o.fp8().block_scaling_pow2_scales());
+  EXPECT_DOUBLE_EQ(o.fp8().block_scaling_amax_epsilon(), 1e-6);
   EXPECT_EQ(o.fp8().mx_scale_rule(), fp8::MxScaleRule::OcpFloor);
   std::ofstream(path) << "sentinel:\n  fp8:\n    recipes: [delayed, mxfp9]\n";
   try {
@@ -150,7 +162,7 @@ TEST(RecipeWatch, RecipeNamesAreCheckedInOptionsAndConfig) {
 
 TEST(RecipeWatch, DemoPrintsTheRecipesSideBySide) {
   const std::string out_path = ::testing::TempDir() + "demo_recipes.txt";
-  const std::string cmd = std::string(SENTINEL_CLI_PATH) + " demo fp8 --recipes delayed,current,mxfp8,nvfp4 > " + out_path;
+  const std::string cmd = std::string(SENTINEL_CLI_PATH) + " demo fp8 --recipes delayed,current,mxfp8,nvfp4,float8block > " + out_path;
   const int rc = std::system(cmd.c_str());
   ASSERT_NE(rc, -1);
   std::ifstream in(out_path);
@@ -158,6 +170,7 @@ TEST(RecipeWatch, DemoPrintsTheRecipesSideBySide) {
   EXPECT_NE(out.find("The recipes side by side at the last step"), std::string::npos) << out;
   EXPECT_NE(out.find("proj activation"), std::string::npos) << out;
   EXPECT_NE(out.find("| nvfp4"), std::string::npos) << out;
+  EXPECT_NE(out.find("| float8block"), std::string::npos) << out;
   EXPECT_NE(out.find("blocks,"), std::string::npos) << out;
   const std::string bad = std::string(SENTINEL_CLI_PATH) + " demo fp8 --recipes delayed,fp6 > /dev/null 2>&1";
   EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);

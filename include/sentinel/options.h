@@ -89,6 +89,9 @@ enum class Stat : uint8_t {
   DynamicRange,  // log2(max |x| / smallest non-zero |x|); 0 when no element is non-zero
   Underflows,    // % of elements the FP8 cast under the slot's delayed scale flushes to zero
   Overflows,     // % of elements it saturates (both need the FP8 probe: Options::fp8)
+  // TransformerEngine's max_blockwise_dynamic_range: the largest log2(amax / smallest non-zero
+  // |x|) of a block (StatsCollection::blockwise_*), the max over the step's uses. A second read.
+  MaxBlockwiseDynamicRange,
 };
 // The name used in configs and logs ("min", "l1_norm", "cur_amax", "underflows", ...).
 const char* stat_name(Stat stat);
@@ -111,6 +114,13 @@ class StatsCollection {
   SENTINEL_OPTION_OF(StatsCollection, int64_t, freq, 1);
   SENTINEL_OPTION_OF(StatsCollection, int64_t, start_step, 0);
   SENTINEL_OPTION_OF(StatsCollection, int64_t, end_step, -1);
+  // Stat::MaxBlockwiseDynamicRange's blocks: `blockwise_block_size` consecutive elements of the
+  // tensor's rows (dims 1) or block_size x block_size tiles (dims 2) of the tensor seen as
+  // [numel / last dim, last dim]; with max_over_orientations, the columns' blocks count too.
+  // TransformerEngine's defaults: 32, 1, false.
+  SENTINEL_OPTION_OF(StatsCollection, int64_t, blockwise_block_size, 32);
+  SENTINEL_OPTION_OF(StatsCollection, int64_t, blockwise_dims, 1);
+  SENTINEL_OPTION_OF(StatsCollection, bool, blockwise_max_over_orientations, false);
   // Where it was configured ("config.yaml:12"), named in messages about it.
   SENTINEL_OPTION_OF(StatsCollection, std::string, source, {});
 };

@@ -23,6 +23,10 @@ std::string where(const StatsCollection& c) {
 
 bool is_fp8_stat(Stat s) { return s == Stat::Underflows || s == Stat::Overflows; }
 
+stats::BlockwiseRange blockwise_of(const StatsCollection& c) {
+  return {c.blockwise_block_size(), static_cast<int>(c.blockwise_dims()), c.blockwise_max_over_orientations()};
+}
+
 }  // namespace
 
 double stat_value(Stat stat, const stats::MomentsAccumulator& m) {
@@ -40,7 +44,8 @@ double stat_value(Stat stat, const stats::MomentsAccumulator& m) {
       if (m.any_nan) return nan;
       return std::isinf(m.min_nonzero_abs) ? 0.0 : std::log2(m.max_abs / m.min_nonzero_abs);
     case Stat::Underflows:
-    case Stat::Overflows: return nan;
+    case Stat::Overflows:
+    case Stat::MaxBlockwiseDynamicRange: return nan;
   }
   return nan;
 }
@@ -59,7 +64,15 @@ StatsCollector::StatsCollector(const std::vector<StatsCollection>& collections) 
     if (c.end_step() != -1 && c.end_step() < c.start_step()) {
       throw OptionError(fmt::format("{}: end_step {} is before start_step {}", where(c), c.end_step(), c.start_step()));
     }
+    if (c.blockwise_block_size() < 1 || c.blockwise_block_size() > (int64_t{1} << 20)) {
+      throw OptionError(fmt::format("{}: blockwise_block_size must be between 1 and 1048576, got {}", where(c),
+                                    c.blockwise_block_size()));
+    }
+    if (c.blockwise_dims() != 1 && c.blockwise_dims() != 2) {
+      throw OptionError(fmt::format("{}: blockwise_dims must be 1 or 2, got {}", where(c), c.blockwise_dims()));
+    }
     Collection entry{c, {}, 0};
+    entry.blockwise = std::find(c.stats().begin(), c.stats().end(), Stat::MaxBlockwiseDynamicRange) != c.stats().end();
     try {
       entry.layers = std::regex(c.layers(), std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
@@ -92,14 +105,47 @@ uint64_t StatsCollector::selecting(uint32_t place, const frames::PlaceTable& pla
   return selected_by_place_[place];
 }
 
+bool StatsCollector::reads(const Collection& c, size_t i, int64_t step, uint32_t place, fp8::Role role,
+                           const frames::PlaceTable& places) {
+  return ((selecting(place, places) >> i) & 1) && (c.roles >> static_cast<int>(role) & 1) && scheduled(c.options, step);
+}
+
 bool StatsCollector::wants(int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places) {
-  if (collections_.empty()) return false;
-  const uint64_t mask = selecting(place, places);
   for (size_t i = 0; i < collections_.size(); ++i) {
-    const Collection& c = collections_[i];
-    if (((mask >> i) & 1) && (c.roles >> static_cast<int>(role) & 1) && scheduled(c.options, step)) return true;
+    if (reads(collections_[i], i, step, place, role, places)) return true;
   }
   return false;
+}
+
+bool StatsCollector::wants_tensor(int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places) {
+  for (size_t i = 0; i < collections_.size(); ++i) {
+    if (collections_[i].blockwise && reads(collections_[i], i, step, place, role, places)) return true;
+  }
+  return false;
+}
+
+void StatsCollector::add_tensor(uint32_t place, fp8::Role role, int64_t step, const at::Tensor& t,
+                                const frames::PlaceTable& places, std::ostream& out) {
+  step_ = step;
+  for (size_t i = 0; i < collections_.size(); ++i) {
+    Collection& c = collections_[i];
+    if (!c.blockwise || !reads(c, i, step, place, role, places)) continue;
+    double value = 0;
+    std::string why;
+    if (!stats::max_blockwise_dynamic_range(t, blockwise_of(c.options), value, why)) {
+      if (!c.told_undivided && (why.find("multiple of") != std::string::npos || why.find("tiles") != std::string::npos)) {
+        c.told_undivided = true;
+        out << fmt::format("{}: max_blockwise_dynamic_range of {} {} is not computed: {} (said once)\n", where(c.options),
+                           places.path(place), fp8::role_name(role), why)
+            << std::flush;
+      }
+      continue;
+    }
+    const auto key = std::make_tuple(i, place, static_cast<int>(role));
+    auto [it, fresh] = blockwise_.try_emplace(key, value);
+    // NaN wins, as in the statistic itself.
+    if (!fresh) it->second = (it->second != it->second || value != value) ? value + it->second : std::max(it->second, value);
+  }
 }
 
 void StatsCollector::add(uint32_t place, fp8::Role role, int64_t step, const stats::MomentsAccumulator& moments) {
@@ -109,7 +155,7 @@ void StatsCollector::add(uint32_t place, fp8::Role role, int64_t step, const sta
 
 std::vector<StatRecord> StatsCollector::end_step(const std::vector<Fp8SlotMetrics>& fp8, const frames::PlaceTable& places) {
   std::vector<StatRecord> records;
-  std::set<std::tuple<std::string, int, int>> seen;  // (layer, role, stat): once, whichever collection asks
+  std::set<std::tuple<std::string, int, std::string>> seen;  // (layer, role, stat): once, whichever collection asks
   for (size_t i = 0; i < collections_.size(); ++i) {
     const Collection& c = collections_[i];
     if (!scheduled(c.options, step_)) continue;
@@ -119,9 +165,15 @@ std::vector<StatRecord> StatsCollector::end_step(const std::vector<Fp8SlotMetric
       if (!((selecting(place, places) >> i) & 1) || !((c.roles >> role_index) & 1)) continue;
       const std::string layer = places.path(place);
       for (Stat s : c.options.stats()) {
-        if (!seen.emplace(layer, role_index, static_cast<int>(s)).second) continue;
+        const bool blockwise = s == Stat::MaxBlockwiseDynamicRange;
+        const std::string name = blockwise ? stats::blockwise_range_name(blockwise_of(c.options)) : stat_name(s);
+        if (!seen.emplace(layer, role_index, name).second) continue;
         double value;
-        if (is_fp8_stat(s)) {
+        if (blockwise) {
+          const auto found = blockwise_.find(std::make_tuple(i, place, role_index));
+          if (found == blockwise_.end()) continue;  // not computed for this slot (said once)
+          value = found->second;
+        } else if (is_fp8_stat(s)) {
           auto m = std::find_if(fp8.begin(), fp8.end(), [&](const Fp8SlotMetrics& x) {
             return x.module_path == layer && x.role == fp8::role_name(role) && x.step == step_;
           });
@@ -131,11 +183,12 @@ std::vector<StatRecord> StatsCollector::end_step(const std::vector<Fp8SlotMetric
           if (moments.n == 0) continue;
           value = stat_value(s, moments);
         }
-        records.push_back(StatRecord{step_, layer, fp8::role_name(role), stat_name(s), value});
+        records.push_back(StatRecord{step_, layer, fp8::role_name(role), name, value});
       }
     }
   }
   slots_.clear();
+  blockwise_.clear();
   return records;
 }
 

@@ -8,12 +8,19 @@
 
 #include <cstdint>
 #include <map>
+#include <ostream>
+#include <tuple>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "frames/string_table.h"
+#include "stats/blockwise_range.h"
 #include "stats/stats_accumulator.h"
+
+namespace at {
+class Tensor;
+}
 
 namespace sentinel {
 namespace collect {
@@ -29,6 +36,12 @@ class StatsCollector {
   bool wants(int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places);
   // One use of the slot: its menu.
   void add(uint32_t place, fp8::Role role, int64_t step, const stats::MomentsAccumulator& moments);
+  // Whether a collection reading this slot at this step wants Stat::MaxBlockwiseDynamicRange,
+  // and then one use's tensor for it (a second read; `out` hears once per collection of a tensor
+  // whose shape its blocks do not divide).
+  bool wants_tensor(int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places);
+  void add_tensor(uint32_t place, fp8::Role role, int64_t step, const at::Tensor& t, const frames::PlaceTable& places,
+                  std::ostream& out);
   bool step_open() const { return !slots_.empty(); }
   // Closes the open step. `fp8` (the FP8 probe's metrics of the same step) gives underflows and
   // overflows; a slot the probe did not read gets no such records.
@@ -44,7 +57,10 @@ class StatsCollector {
     StatsCollection options;
     std::regex layers;
     uint32_t roles = 0;  // bit per fp8::Role
+    bool blockwise = false;  // lists Stat::MaxBlockwiseDynamicRange
+    bool told_undivided = false;
   };
+  bool reads(const Collection& c, size_t i, int64_t step, uint32_t place, fp8::Role role, const frames::PlaceTable& places);
   bool scheduled(const StatsCollection& c, int64_t step) const;
   uint64_t selecting(uint32_t place, const frames::PlaceTable& places);  // bit per collection
 
@@ -52,6 +68,8 @@ class StatsCollector {
   std::vector<uint64_t> selected_by_place_;
   std::vector<bool> place_matched_;
   std::map<std::pair<uint32_t, int>, stats::MomentsAccumulator> slots_;  // slots used in the open step
+  // Stat::MaxBlockwiseDynamicRange of the open step by (collection, place, role): the max over uses.
+  std::map<std::tuple<size_t, uint32_t, int>, double> blockwise_;
   int64_t step_ = -1;
 };
 

@@ -114,8 +114,9 @@ namespace {
 
 // The statistics each kind of feature collects, and the feature that takes the others, so that a
 // statistic put under the wrong feature is pointed to the right one.
-const std::vector<Stat> kTensorStats = {Stat::Min,    Stat::Max,    Stat::Mean,    Stat::Std,
-                                        Stat::L1Norm, Stat::L2Norm, Stat::CurAmax, Stat::DynamicRange};
+const std::vector<Stat> kTensorStats = {Stat::Min,    Stat::Max,    Stat::Mean,         Stat::Std,
+                                        Stat::L1Norm, Stat::L2Norm, Stat::CurAmax,      Stat::DynamicRange,
+                                        Stat::MaxBlockwiseDynamicRange};
 const std::vector<Stat> kFp8Stats = {Stat::Underflows, Stat::Overflows};
 
 struct StatsFeature {
@@ -130,13 +131,32 @@ std::vector<std::string_view> stat_names(const std::vector<Stat>& stats) {
   return names;
 }
 
-std::vector<Stat> read_stats(const YamlReader& r, const Field& field, const StatsFeature& feature) {
+// `- max_blockwise_dynamic_range: {block_size: 32, dims: 1, max_over_orientations: false}`, as
+// TransformerEngine writes it: its blocks go into `c`; returns the statistic's name.
+std::string read_blockwise_item(const YamlReader& r, const Field& item, StatsCollection& c) {
+  const std::vector<Field> entries = r.entries(item, {"max_blockwise_dynamic_range"});
+  if (entries.size() != 1) r.fail(item, fmt::format("{}: expected one statistic, got {}", item.name, entries.size()));
+  const Field& params = entries[0];
+  if (params.node.IsMap()) {
+    for (const Field& e : r.entries(params, {"block_size", "dims", "max_over_orientations"})) {
+      if (e.key == "block_size") c.blockwise_block_size(r.integer(e, 1, int64_t{1} << 20));
+      if (e.key == "dims") c.blockwise_dims(r.integer(e, 1, 2));
+      if (e.key == "max_over_orientations") c.blockwise_max_over_orientations(r.boolean(e));
+    }
+  } else if (!params.node.IsNull()) {
+    r.fail(params, fmt::format("{}: expected block_size, dims and max_over_orientations, got {}", params.name,
+                               YamlReader::describe(params.node)));
+  }
+  return "max_blockwise_dynamic_range";
+}
+
+std::vector<Stat> read_stats(const YamlReader& r, const Field& field, const StatsFeature& feature, StatsCollection& c) {
   const std::vector<Field> items = r.list(field);
   const std::vector<std::string_view> allowed = stat_names(*feature.allowed);
   if (items.empty()) r.fail(field, fmt::format("{}: the list is empty (allowed: {})", field.name, join(allowed)));
   std::vector<Stat> stats;
   for (const Field& item : items) {
-    const std::string name = lower(r.string(item));
+    const std::string name = item.node.IsMap() ? read_blockwise_item(r, item, c) : lower(r.string(item));
     Stat stat;
     if (!parse_stat(name, stat)) {
       r.fail(item, fmt::format("{}: unknown statistic '{}' (allowed: {})", field.name, item.node.Scalar(),
@@ -192,12 +212,12 @@ std::optional<StatsCollection> read_stats_feature(const YamlReader& r, const std
   if (tensors == nullptr) {
     r.fail(field.key_line, fmt::format("{}: 'tensors' is required (any of activation, gradient, weight)", field.name));
   }
-  std::vector<Stat> stats = read_stats(r, *type, feature);
+  StatsCollection c;
+  std::vector<Stat> stats = read_stats(r, *type, feature, c);
   std::vector<fp8::Role> roles = read_tensors(r, *tensors);
   const Schedule s = read_schedule(r, entries);
   if (!enabled) return std::nullopt;
-  return StatsCollection()
-      .name(fmt::format("{}.{}", section, feature.path))
+  return c.name(fmt::format("{}.{}", section, feature.path))
       .stats(std::move(stats))
       .tensors(std::move(roles))
       .freq(s.freq)

@@ -58,7 +58,12 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
                                        ? fp8.probe(t, f.place, gemm->role, f.batch_number, places, e.stats, menu, op_name, index)
                                        : stats::compute_with_moments(t, e.stats, moments);
       core::set_readability(e, t, r);
-      if (gemm->collect && moments.n > 0) collector.add(f.place, gemm->role, f.batch_number, moments);
+      if (gemm->collect && moments.n > 0) {
+        collector.add(f.place, gemm->role, f.batch_number, moments);
+        if (collector.wants_tensor(f.batch_number, f.place, gemm->role, places)) {
+          collector.add_tensor(f.place, gemm->role, f.batch_number, t, places, opts.output());
+        }
+      }
       return e;
     }
     if (reading_inputs_beside && role != Role::Output && !headroom && f.has_room(role) &&

@@ -11,10 +11,12 @@ namespace sentinel {
 
 namespace {
 
-constexpr const char* kStatNames[] = {"min",     "max",      "mean",          "std",        "l1_norm",
-                                      "l2_norm", "cur_amax", "dynamic_range", "underflows", "overflows"};
+constexpr const char* kStatNames[] = {"min",        "max",       "mean",    "std",           "l1_norm",
+                                      "l2_norm",    "cur_amax",  "dynamic_range", "underflows", "overflows",
+                                      "max_blockwise_dynamic_range"};
 
-static_assert(std::size(kStatNames) == static_cast<size_t>(Stat::Overflows) + 1, "a name for every Stat, in order");
+static_assert(std::size(kStatNames) == static_cast<size_t>(Stat::MaxBlockwiseDynamicRange) + 1,
+              "a name for every Stat, in order");
 
 constexpr fp8::ScalingRecipe kRecipes[] = {fp8::ScalingRecipe::Delayed, fp8::ScalingRecipe::Current,
                                            fp8::ScalingRecipe::MXFP8, fp8::ScalingRecipe::NVFP4,

@@ -198,6 +198,11 @@ StatsCollection parse_collection(py::handle v, const std::string& argument) {
       {"freq", [](StatsCollection& t, py::handle x, const std::string& a) { t.freq(as_int(x, a)); }},
       {"start_step", [](StatsCollection& t, py::handle x, const std::string& a) { t.start_step(as_int(x, a)); }},
       {"end_step", [](StatsCollection& t, py::handle x, const std::string& a) { t.end_step(as_int(x, a)); }},
+      {"blockwise_block_size", [](StatsCollection& t, py::handle x, const std::string& a) { t.blockwise_block_size(as_int(x, a)); }},
+      {"blockwise_dims", [](StatsCollection& t, py::handle x, const std::string& a) { t.blockwise_dims(as_int(x, a)); }},
+      {"blockwise_max_over_orientations", [](StatsCollection& t, py::handle x, const std::string& a) {
+         t.blockwise_max_over_orientations(as_bool(x, a));
+       }},
   };
   apply_dict(c, as_dict(v, argument), setters, argument);
   return c;

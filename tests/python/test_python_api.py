@@ -47,6 +47,9 @@ def test_a_model_watched_twice_is_a_value_error_until_the_first_watchdog_is_clos
     ({"fp8": {"enabled": True, "recpies": ["mxfp8"]}}, TypeError, "fp8 has no key 'recpies'"),
     ({"fp8": {"recipes": ["fp9"]}}, ValueError, "fp9"),
     ({"stats_collections": [{"stats": ["median"]}]}, ValueError, "'median' is not a statistic"),
+    ({"stats_collections": [{"stats": ["max_blockwise_dynamic_range"], "blockwise_dims": 3}]}, ValueError,
+     "blockwise_dims must be 1 or 2"),
+    ({"fp8": {"recipes": ["float8block"], "block_scaling_amax_epsilon": -1.0}}, ValueError, "block_scaling_amax_epsilon"),
     ({"callback": 3}, TypeError, "callback must be callable"),
     ({"config": 3}, TypeError, "config must be a path"),
 ])

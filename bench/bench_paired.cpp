@@ -206,6 +206,75 @@ void BM_PairedScriptedTrainStep(benchmark::State& state) {
   run_step_pairs(state, watch, [&] { s.step(); });
 }
 
+// The recipes against the step: three runs per iteration in rotating order, unwatched, watched
+// with the statistics only, and watched with every recipe (delayed, current, MXFP8, NVFP4,
+// Float8Block) probing every GEMM operand of every layer. Two watchdogs stay attached; each reads
+// only inside its own batch. Counters: `recipes_vs_stats` (the goal: at most 1.5),
+// `stats_vs_unwatched`, `recipes_vs_unwatched` (medians), the first's quartiles, and
+// `recipe_metrics`, the metrics the recipes gave in the last step (slots x recipes).
+void run_recipe_triples(benchmark::State& state, sentinel::Watchdog& stats_only, sentinel::Watchdog& recipes,
+                        const std::function<void()>& step) {
+  auto timed = [&](int which) {
+    if (which == 0) return seconds_of([&] { callbacks_off(step); });
+    sentinel::Watchdog& w = which == 1 ? stats_only : recipes;
+    return seconds_of([&] {
+      auto batch = w.batch();
+      step();
+      batch.finish();
+    });
+  };
+  for (int i = 0; i < 2; ++i) {  // warm-up
+    for (int which = 0; which < 3; ++which) timed(which);
+  }
+  std::vector<double> rs, su, ru;
+  int first = 0;
+  for (auto _ : state) {
+    double t[3];
+    for (int k = 0; k < 3; ++k) t[(first + k) % 3] = timed((first + k) % 3);
+    first = (first + 1) % 3;
+    rs.push_back(t[2] / t[1]);
+    su.push_back(t[1] / t[0]);
+    ru.push_back(t[2] / t[0]);
+  }
+  if (rs.empty()) return;
+  auto quantile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  };
+  state.counters["recipes_vs_stats"] = quantile(rs, 0.5);
+  state.counters["recipes_vs_stats_q1"] = quantile(rs, 0.25);
+  state.counters["recipes_vs_stats_q3"] = quantile(rs, 0.75);
+  state.counters["stats_vs_unwatched"] = quantile(su, 0.5);
+  state.counters["recipes_vs_unwatched"] = quantile(ru, 0.5);
+  // What the recipes read in the last step: slots (layer x role) times recipes.
+  state.counters["recipe_metrics"] = static_cast<double>(recipes.fp8_metrics().size());
+}
+
+sentinel::Options every_recipe(std::ostringstream& out) {
+  using sentinel::fp8::ScalingRecipe;
+  return quiet(out).fp8(sentinel::Fp8Options().enabled(true).recipes(
+      {ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4,
+       ScalingRecipe::Float8Block}));
+}
+
+void BM_RecipesTrainStep(benchmark::State& state) {
+  auto m = transformer(true);
+  std::ostringstream out;
+  sentinel::Watchdog stats_only(m.model.ptr(), quiet(out));
+  sentinel::Watchdog recipes(m.model.ptr(), every_recipe(out));
+  run_recipe_triples(state, stats_only, recipes, [&] { m.step(); });
+}
+
+void BM_RecipesScriptedTrainStep(benchmark::State& state) {
+  auto model = bench::load_scripted(state);
+  if (!model) return;
+  bench::ScriptedStep s(*model);
+  std::ostringstream out;
+  sentinel::Watchdog stats_only(s.model, quiet(out));
+  sentinel::Watchdog recipes(s.model, every_recipe(out));
+  run_recipe_triples(state, stats_only, recipes, [&] { s.step(); });
+}
+
 // The check of the unwatched half: no watchdog in the process against one attached and switched
 // off on this thread (made and destroyed around its run, outside the timing).
 void BM_PairedNoWatchdog(benchmark::State& state) {
@@ -238,3 +307,6 @@ BENCHMARK(BM_PairedConvBareReads)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedScriptedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
 BENCHMARK(BM_PairedConvTrainStep)->Unit(benchmark::kMillisecond)->MinTime(3);
+// A triple of training steps takes about 2 s here: ten seconds a repetition.
+BENCHMARK(BM_RecipesTrainStep)->Unit(benchmark::kMillisecond)->MinTime(10);
+BENCHMARK(BM_RecipesScriptedTrainStep)->Unit(benchmark::kMillisecond)->MinTime(10);

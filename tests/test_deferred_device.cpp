@@ -8,7 +8,9 @@
 
 #include <sentinel/sentinel.h>
 
+#include <cmath>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -191,6 +193,41 @@ TEST(DeferredDevice, Fp8ProbeResultsComeBackFromTheDevice) {
   int64_t overflow = 0;
   for (const auto& m : d.fp8) overflow += m.overflow;
   EXPECT_GT(overflow, 0) << "growing inputs outrun the delayed scale";
+}
+
+// Every recipe (current, MXFP8 under the OCP rule, NVFP4, Float8Block with FP32 scales) read in
+// the device pass gives the plain CPU replay's metrics, gradients included.
+TEST(DeferredDevice, RecipeMetricsComeBackFromTheDeviceAsOnTheCpu) {
+  using sentinel::fp8::ScalingRecipe;
+  torch::manual_seed(0);
+  Mlp model;
+  Scenario steps = [model](sentinel::Watchdog& watch, Outcome&) mutable {
+    for (int s = 0; s < 3; ++s) {
+      model->zero_grad();
+      auto step = watch.batch();
+      auto loss = model->forward(small_input(4, 4, std::pow(16.0, s))).pow(2).sum();
+      watch.backward(loss);
+      step.finish();
+    }
+  };
+  const auto fp8 = sentinel::Fp8Options()
+                       .enabled(true)
+                       .drift_alarm(1e9)
+                       .overflow_alarm(1.0)
+                       .recipes({ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8,
+                                 ScalingRecipe::NVFP4, ScalingRecipe::Float8Block})
+                       .mx_scale_rule(sentinel::fp8::MxScaleRule::OcpFloor)
+                       .block_scaling_pow2_scales(false);
+  auto d = expect_same_as_plain(cpp_watch(model), sentinel::Options().fp8(fp8).max_frames_to_save(50), steps);
+  std::set<std::string> recipes;
+  int64_t blocks = 0;
+  for (const auto& m : d.fp8) {
+    recipes.insert(m.recipe + " " + m.role);
+    blocks += m.blocks;
+  }
+  EXPECT_EQ(recipes.size(), 15u) << "five recipes of activations, weights and gradients";
+  EXPECT_GT(blocks, 0);
+  EXPECT_EQ(d.output.find("not replayed"), std::string::npos) << d.output;
 }
 
 TEST(DeferredDevice, AnInfInAnEntryBeyondTheFrameLimitIsStillFound) {

@@ -107,6 +107,20 @@ void Fp8Monitor::add_result(uint32_t place, fp8::Role role, const TensorStats& s
   add_to_slot(it->second.amax, it->second.uses, it->second.sums, stats, result);
 }
 
+std::vector<recipes::RecipeJob> Fp8Monitor::recipe_jobs(fp8::Role role, const std::string& op, int arg,
+                                                         int64_t dims) const {
+  std::vector<recipes::RecipeJob> jobs;
+  for (fp8::ScalingRecipe r : others_) jobs.push_back(recipes::recipe_job(r, options_, role, op, arg, dims));
+  return jobs;
+}
+
+void Fp8Monitor::add_recipe_results(uint32_t place, fp8::Role role, const std::vector<recipes::BlockProbeResult>& results) {
+  auto it = slots_.find(std::make_pair(place, static_cast<int>(role)));
+  if (it == slots_.end()) return;  // its step was closed before the numbers came back
+  std::vector<recipes::RecipeTally>& tallies = it->second.others;
+  for (size_t i = 0; i < results.size() && i < tallies.size(); ++i) tallies[i].result.add(results[i]);
+}
+
 void Fp8Monitor::add_metrics(Fp8SlotMetrics m, std::vector<Fp8Alarm>& alarms, std::vector<Fp8SlotMetrics>& metrics) const {
   std::string reason;
   const double overflow_fraction = m.count ? double(m.overflow) / m.count : 0.0;

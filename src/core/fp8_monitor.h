@@ -52,6 +52,10 @@ class Fp8Monitor {
   };
   Target target(uint32_t place, fp8::Role role, int64_t step, const PlaceTable& places);
   void add_result(uint32_t place, fp8::Role role, const TensorStats& stats, const stats::Fp8ProbeResult& result);
+  // The other recipes' jobs for an operand read on a device that replays them, and what the device
+  // found with them (in the same order), added to the slot's tallies.
+  std::vector<recipes::RecipeJob> recipe_jobs(fp8::Role role, const std::string& op, int arg, int64_t dims) const;
+  void add_recipe_results(uint32_t place, fp8::Role role, const std::vector<recipes::BlockProbeResult>& results);
   bool step_open() const { return !slots_.empty(); }
   // Closes the open step: metrics per slot, scalers updated, alarms over their thresholds.
   std::vector<Fp8SlotMetrics> end_step(std::vector<Fp8Alarm>& alarms);

@@ -91,10 +91,10 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
                   << " tensors are left out of them\n"
                   << std::flush;
   }
-  if (gemm && gemm->probe && fp8.other_recipes() && !warned_device_recipes) {
+  if (gemm && gemm->probe && fp8.other_recipes() && !dev->replays_recipes() && !warned_device_recipes) {
     warned_device_recipes = true;
-    opts.output() << "sentinel: the fp8 recipes current, mxfp8 and nvfp4 read CPU tensors only; on "
-                  << t.device().str() << " delayed scaling alone is replayed\n"
+    opts.output() << "sentinel: the fp8 recipes current, mxfp8, nvfp4 and float8block are not replayed on "
+                  << t.device().str() << " yet: delayed scaling alone is\n"
                   << std::flush;
   }
   const fp8::Role* fp8_role = gemm && gemm->probe ? &gemm->role : nullptr;
@@ -141,6 +141,12 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
     request.probe_scale = target.scale;
     request.probe_format = target.format;
     deferred.note_probe(device::PendingProbe{slot, f.place, *fp8_role});
+    if (fp8.other_recipes() && dev->replays_recipes()) {
+      // A gradient's blocks follow the forward GEMM its autograd node differentiates.
+      const uint32_t gemm_op = *fp8_role == fp8::Role::Gradient ? f.forward_op : f.op;
+      recipe_jobs = fp8.recipe_jobs(*fp8_role, strings.at(gemm_op), index, t.dim());
+      request.recipes = &recipe_jobs;
+    }
   }
   try {
     dev->enqueue(t, slot, request);
@@ -187,6 +193,7 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
   try {
     frames = deferred.resolve(*device, [&](const device::PendingProbe& p, const device::SlotResult& r) {
       fp8.add_result(p.place, p.role, r.stats, r.probe);
+      fp8.add_recipe_results(p.place, p.role, r.recipes);
     });
   } catch (const std::exception& error) {
     // A device that cannot be read back (a sticky CUDA error, such as a device-side assert in the

@@ -146,6 +146,7 @@ struct Watchdog::Impl final : capture::Session {
   bool warned_device_recipes = false;
   // Tensors on a device (CUDA) are read there; their frames wait in `deferred` for the numbers.
   std::unique_ptr<device::StatsDevice> device;   // made at the first such tensor
+  std::vector<recipes::RecipeJob> recipe_jobs;   // the recipes of the device read being enqueued
   bool device_tried = false;
   bool device_failed = false;  // a read-back failed: device tensors are no longer read
   device::DeferredFrames deferred;

@@ -31,6 +31,8 @@ void add_into(SlotResult& into, const SlotResult& r) {
   into.headroom.bf16_overflow += r.headroom.bf16_overflow;
   into.headroom.bf16_underflow += r.headroom.bf16_underflow;
   into.probe.add(r.probe);
+  if (into.recipes.size() < r.recipes.size()) into.recipes.resize(r.recipes.size());
+  for (size_t i = 0; i < r.recipes.size(); ++i) into.recipes[i].add(r.recipes[i]);
 }
 
 class CpuDeferredDevice final : public StatsDevice {
@@ -40,6 +42,7 @@ class CpuDeferredDevice final : public StatsDevice {
   }
   bool owns(const at::Tensor& t) const override { return t.defined() && t.device().is_cpu(); }
   stats::Readability readability(const at::Tensor& t) const override { return stats::compute_readability(t); }
+  bool replays_recipes() const override { return true; }
 
   void enqueue(const at::Tensor& t, int64_t slot, const Request& request) override {
     SlotResult r;
@@ -49,6 +52,10 @@ class CpuDeferredDevice final : public StatsDevice {
       stats::compute(t, r.stats);
     }
     if (request.headroom) stats::compute_headroom(t, r.headroom);
+    if (request.recipes) {
+      r.recipes.resize(request.recipes->size());
+      for (size_t i = 0; i < r.recipes.size(); ++i) recipes::run_recipe_job(t, (*request.recipes)[i], r.stats, r.recipes[i]);
+    }
     SlotResult& into = computed_[index(slot)];
     if (!request.accumulate) into = SlotResult{};
     add_into(into, r);

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "recipes/recipe_probe.h"
 #include "stats/fp8_probe_math.h"
 #include "stats/fp8_probe_result.h"
 #include "stats/tensor_stats.h"
@@ -30,6 +32,7 @@ struct SlotResult {
   TensorStats stats;
   HeadroomCounts headroom;
   stats::Fp8ProbeResult probe;
+  std::vector<recipes::BlockProbeResult> recipes;  // one per Request::recipes job, in order
 };
 
 // What to compute beyond the statistics.
@@ -40,6 +43,9 @@ struct Request {
   fp8::Format probe_format = fp8::Format::E4M3;   // and format
   bool accumulate = false;  // add to what the slot already holds (several tensors, one slot)
   bool shared_slot = false;  // the slot is one that several tensors add to (the first one too)
+  // The recipes beside delayed scaling, each a read of the tensor after its statistics (their
+  // amax sets the tensor-wide scales): only for a device whose replays_recipes().
+  const std::vector<recipes::RecipeJob>* recipes = nullptr;
 };
 
 class StatsDevice {
@@ -49,6 +55,8 @@ class StatsDevice {
   virtual bool owns(const at::Tensor& t) const = 0;
   // Read, or why not (an owned tensor of a dtype or layout the device cannot reduce in place).
   virtual stats::Readability readability(const at::Tensor& t) const = 0;
+  // Whether it runs Request::recipes (current, MXFP8, NVFP4, Float8Block) as it runs the probe.
+  virtual bool replays_recipes() const { return false; }
   // Starts reducing `t` (owned and readable) into `slot`: no host synchronisation, no allocation.
   virtual void enqueue(const at::Tensor& t, int64_t slot, const Request& request) = 0;
   // Makes slots [first, end) readable, waiting once for all of them; then they may be reused.

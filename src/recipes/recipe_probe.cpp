@@ -14,31 +14,46 @@ fp8::Format element_of(const Fp8Options& options, fp8::Role role) { return fp8::
 
 // Current scaling's rule: TransformerEngine's scale from this tensor's amax, 1 when the amax is 0
 // or not finite.
+float current_scale(fp8::Format f, int margin, float amax) {
+  return fp8::DelayedScaler::scale_from_amax(amax, fp8::max_value(f), margin, 1.0f);
+}
+
 float current_scale(const Fp8Options& options, fp8::Role role, float amax) {
-  const fp8::Format f = element_of(options, role);
-  return fp8::DelayedScaler::scale_from_amax(amax, fp8::max_value(f), options.recipe().margin(), 1.0f);
+  return current_scale(element_of(options, role), options.recipe().margin(), amax);
 }
 
 }  // namespace
 
-bool probe_recipe(const at::Tensor& t, const Fp8Options& options, fp8::Role role, const std::string& op, int arg,
-                  const TensorStats& stats, RecipeTally& tally) {
+RecipeJob recipe_job(fp8::ScalingRecipe recipe, const Fp8Options& options, fp8::Role role, const std::string& op,
+                     int arg, int64_t dims) {
+  RecipeJob job;
+  job.recipe = recipe;
+  job.element = element_of(options, role);
+  job.margin = options.recipe().margin();
+  job.block = BlockRecipe{recipe, job.element, options.mx_scale_rule(), options.block_scaling_pow2_scales(),
+                          static_cast<float>(options.block_scaling_amax_epsilon())};
+  const bool tiled_weights = recipe == fp8::ScalingRecipe::NVFP4 || recipe == fp8::ScalingRecipe::Float8Block;
+  job.layout = operand_layout(op, role, arg, dims, tiled_weights);
+  return job;
+}
+
+bool run_recipe_job(const at::Tensor& t, const RecipeJob& job, const TensorStats& stats, BlockProbeResult& out) {
   const float amax = recipe_amax(stats.abs_max);
-  if (tally.recipe == fp8::ScalingRecipe::Current) {
+  if (job.recipe == fp8::ScalingRecipe::Current) {
     stats::Fp8ProbeResult cast;
-    if (!stats::compute_fp8_probe(t, current_scale(options, role, amax), element_of(options, role), cast)) {
-      return false;
-    }
-    tally.result.cast.add(cast);
+    if (!stats::compute_fp8_probe(t, current_scale(job.element, job.margin, amax), job.element, cast)) return false;
+    out.cast.add(cast);
     return true;
   }
-  const bool tiled_weights = tally.recipe == fp8::ScalingRecipe::NVFP4 || tally.recipe == fp8::ScalingRecipe::Float8Block;
-  BlockRecipe recipe{tally.recipe, element_of(options, role), options.mx_scale_rule(), options.block_scaling_pow2_scales(),
-                     static_cast<float>(options.block_scaling_amax_epsilon())};
   BlockProbeResult found;
-  if (!probe_blocks(t, recipe, operand_layout(op, role, arg, t.dim(), tiled_weights), amax, found)) return false;
-  tally.result.add(found);
+  if (!probe_blocks(t, job.block, job.layout, amax, found)) return false;
+  out.add(found);
   return true;
+}
+
+bool probe_recipe(const at::Tensor& t, const Fp8Options& options, fp8::Role role, const std::string& op, int arg,
+                  const TensorStats& stats, RecipeTally& tally) {
+  return run_recipe_job(t, recipe_job(tally.recipe, options, role, op, arg, t.dim()), stats, tally.result);
 }
 
 void fill_cast_metrics(Fp8SlotMetrics& m, const stats::Fp8ProbeResult& cast) {

@@ -22,9 +22,24 @@ struct RecipeTally {
   BlockProbeResult result;  // for current: the cast sums only
 };
 
-// Reads `t` once more for `tally.recipe` (not Delayed) and adds what it found. `stats` are the
-// tensor's statistics from the first read (their abs_max sets the tensor-wide scales); `op` and
-// `arg` place its blocks (operand_layout). False if the tensor is not read.
+// One recipe's read of one operand, all but the tensor and its amax: what a device that replays
+// the recipes is handed with the tensor (src/device/stats_device.h).
+struct RecipeJob {
+  fp8::ScalingRecipe recipe = fp8::ScalingRecipe::Current;  // not Delayed
+  fp8::Format element = fp8::Format::E4M3;  // current scaling's and the FP8 block recipes' elements
+  int margin = 0;                           // current scaling's
+  BlockRecipe block;                        // the block recipes'
+  BlockLayout layout;
+};
+// The job of `recipe` for an operand of `dims` dimensions: `op` and `arg` place its blocks
+// (operand_layout).
+RecipeJob recipe_job(fp8::ScalingRecipe recipe, const Fp8Options& options, fp8::Role role, const std::string& op,
+                     int arg, int64_t dims);
+// Runs it on `t`, whose statistics from the first read are `stats` (their abs_max sets the
+// tensor-wide scales), and adds what it found into `out`. False if the tensor is not read.
+bool run_recipe_job(const at::Tensor& t, const RecipeJob& job, const TensorStats& stats, BlockProbeResult& out);
+
+// Reads `t` once more for `tally.recipe` (not Delayed) and adds what it found: the job above.
 bool probe_recipe(const at::Tensor& t, const Fp8Options& options, fp8::Role role, const std::string& op, int arg,
                   const TensorStats& stats, RecipeTally& tally);
 

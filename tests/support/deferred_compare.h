@@ -114,6 +114,14 @@ inline void expect_same_fp8(const std::vector<sentinel::Fp8SlotMetrics>& got, co
     EXPECT_EQ(got[i].overflow, want[i].overflow);
     EXPECT_EQ(got[i].underflow, want[i].underflow);
     EXPECT_DOUBLE_EQ(got[i].mse, want[i].mse);
+    EXPECT_EQ(got[i].recipe, want[i].recipe);
+    EXPECT_EQ(got[i].format, want[i].format);
+    EXPECT_EQ(got[i].blocks, want[i].blocks);
+    EXPECT_EQ(got[i].blocks_zero, want[i].blocks_zero);
+    EXPECT_EQ(got[i].blocks_saturated, want[i].blocks_saturated);
+    EXPECT_EQ(got[i].blocks_at_min, want[i].blocks_at_min);
+    EXPECT_EQ(got[i].blocks_nonfinite, want[i].blocks_nonfinite);
+    EXPECT_EQ(got[i].block_scales, want[i].block_scales);
   }
 }
 

@@ -16,6 +16,9 @@
 namespace {
 
 using sentinel::stats::BlockwiseRange;
+constexpr auto Computed = sentinel::stats::BlockwiseOutcome::Computed;
+constexpr auto NotRead = sentinel::stats::BlockwiseOutcome::NotRead;
+constexpr auto Undivided = sentinel::stats::BlockwiseOutcome::Undivided;
 
 // TE's compute, step by step, in float64 on the values as float (TE's `.float()`).
 double reference(const torch::Tensor& t, const BlockwiseRange& r) {
@@ -69,7 +72,7 @@ TEST(BlockwiseRange, EqualsTheDefinitionOnEveryLayoutDtypeAndBlockShape) {
                    " dims " + std::to_string(c.range.dims) + (c.range.max_over_orientations ? " both" : ""));
       double got = -1;
       std::string why;
-      ASSERT_TRUE(sentinel::stats::max_blockwise_dynamic_range(t, c.range, got, why)) << why;
+      ASSERT_EQ(Computed, sentinel::stats::max_blockwise_dynamic_range(t, c.range, got, why)) << why;
       const double want = reference(t, c.range);
       EXPECT_NEAR(got, want, 1e-12 * std::max(1.0, std::fabs(want)));
       ++checked;
@@ -82,24 +85,24 @@ TEST(BlockwiseRange, ZerosInfNanAndShapesTheBlocksDoNotDivide) {
   const BlockwiseRange r{32, 1, false};
   double v = -1;
   std::string why;
-  ASSERT_TRUE(sentinel::stats::max_blockwise_dynamic_range(torch::zeros({4, 64}), r, v, why));
+  ASSERT_EQ(Computed, sentinel::stats::max_blockwise_dynamic_range(torch::zeros({4, 64}), r, v, why));
   EXPECT_EQ(v, 0.0);  // every block all zero
   auto t = torch::ones({4, 64});
   t[1][3] = 0.25;  // one block spans 2 binades, the others none
-  ASSERT_TRUE(sentinel::stats::max_blockwise_dynamic_range(t, r, v, why));
+  ASSERT_EQ(Computed, sentinel::stats::max_blockwise_dynamic_range(t, r, v, why));
   EXPECT_EQ(v, 2.0);
   t[2][5] = INFINITY;
-  ASSERT_TRUE(sentinel::stats::max_blockwise_dynamic_range(t, r, v, why));
+  ASSERT_EQ(Computed, sentinel::stats::max_blockwise_dynamic_range(t, r, v, why));
   EXPECT_TRUE(std::isinf(v));
   t[3][7] = NAN;
-  ASSERT_TRUE(sentinel::stats::max_blockwise_dynamic_range(t, r, v, why));
+  ASSERT_EQ(Computed, sentinel::stats::max_blockwise_dynamic_range(t, r, v, why));
   EXPECT_TRUE(std::isnan(v));
-  EXPECT_FALSE(sentinel::stats::max_blockwise_dynamic_range(torch::ones({3, 10}), r, v, why));
+  EXPECT_EQ(Undivided, sentinel::stats::max_blockwise_dynamic_range(torch::ones({3, 10}), r, v, why));
   EXPECT_EQ(why, "30 elements are not a multiple of 32");
-  EXPECT_FALSE(sentinel::stats::max_blockwise_dynamic_range(torch::ones({32, 48}), {32, 2, false}, v, why));
+  EXPECT_EQ(Undivided, sentinel::stats::max_blockwise_dynamic_range(torch::ones({32, 48}), {32, 2, false}, v, why));
   EXPECT_EQ(why, "32 x 48 is not made of 32 x 32 tiles");
-  EXPECT_FALSE(sentinel::stats::max_blockwise_dynamic_range(torch::ones({4, 32}, torch::kInt), r, v, why));
-  EXPECT_FALSE(sentinel::stats::max_blockwise_dynamic_range(torch::empty({0, 32}), r, v, why));
+  EXPECT_EQ(NotRead, sentinel::stats::max_blockwise_dynamic_range(torch::ones({4, 32}, torch::kInt), r, v, why));
+  EXPECT_EQ(NotRead, sentinel::stats::max_blockwise_dynamic_range(torch::empty({0, 32}), r, v, why));
   EXPECT_EQ(sentinel::stats::blockwise_range_name({32, 2, true}),
             "max_blockwise_dynamic_range_block_size_32_dims_2_max_over_orientations");
 }

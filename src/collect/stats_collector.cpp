@@ -132,8 +132,9 @@ void StatsCollector::add_tensor(uint32_t place, fp8::Role role, int64_t step, co
     if (!c.blockwise || !reads(c, i, step, place, role, places)) continue;
     double value = 0;
     std::string why;
-    if (!stats::max_blockwise_dynamic_range(t, blockwise_of(c.options), value, why)) {
-      if (!c.told_undivided && (why.find("multiple of") != std::string::npos || why.find("tiles") != std::string::npos)) {
+    const auto outcome = stats::max_blockwise_dynamic_range(t, blockwise_of(c.options), value, why);
+    if (outcome != stats::BlockwiseOutcome::Computed) {
+      if (outcome == stats::BlockwiseOutcome::Undivided && !c.told_undivided) {
         c.told_undivided = true;
         out << fmt::format("{}: max_blockwise_dynamic_range of {} {} is not computed: {} (said once)\n", where(c.options),
                            places.path(place), fp8::role_name(role), why)

@@ -121,11 +121,12 @@ double compute(const at::Tensor& t, const BlockwiseRange& range) {
 
 }  // namespace
 
-bool max_blockwise_dynamic_range(const at::Tensor& t, const BlockwiseRange& range, double& out, std::string& why) {
+BlockwiseOutcome max_blockwise_dynamic_range(const at::Tensor& t, const BlockwiseRange& range, double& out,
+                                             std::string& why) {
   const Readability r = compute_readability(t);
   if (r != Readability::Read) {
     why = describe(r);
-    return false;
+    return BlockwiseOutcome::NotRead;
   }
   const int64_t b = range.block_size;
   const int64_t cols = t.dim() == 0 ? 1 : t.size(-1);
@@ -133,15 +134,16 @@ bool max_blockwise_dynamic_range(const at::Tensor& t, const BlockwiseRange& rang
   if (range.dims == 2 ? (rows % b != 0 || cols % b != 0) : t.numel() % b != 0) {
     why = range.dims == 2 ? fmt::format("{} x {} is not made of {} x {} tiles", rows, cols, b, b)
                           : fmt::format("{} elements are not a multiple of {}", t.numel(), b);
-    return false;
+    return BlockwiseOutcome::Undivided;
   }
   switch (t.scalar_type()) {
-    case c10::kFloat: out = compute<float>(t, range); return true;
-    case c10::kDouble: out = compute<double>(t, range); return true;
-    case c10::kHalf: out = compute<c10::Half>(t, range); return true;
-    case c10::kBFloat16: out = compute<c10::BFloat16>(t, range); return true;
-    default: why = "not a floating dtype"; return false;
+    case c10::kFloat: out = compute<float>(t, range); break;
+    case c10::kDouble: out = compute<double>(t, range); break;
+    case c10::kHalf: out = compute<c10::Half>(t, range); break;
+    case c10::kBFloat16: out = compute<c10::BFloat16>(t, range); break;
+    default: why = "not a floating dtype"; return BlockwiseOutcome::NotRead;
   }
+  return BlockwiseOutcome::Computed;
 }
 
 std::string blockwise_range_name(const BlockwiseRange& range) {

@@ -20,10 +20,16 @@ struct BlockwiseRange {
   bool max_over_orientations = false;
 };
 
+enum class BlockwiseOutcome {
+  Computed,
+  NotRead,    // not a CPU tensor of a floating dtype with elements in memory
+  Undivided,  // a shape the blocks do not divide, which TransformerEngine rejects
+};
+
 // The statistic of a CPU tensor of a floating dtype (dense or strided), in double from the
-// elements as float. False when it is not computed: `why` then says why (a tensor not read, or
-// whose shape the blocks do not divide, which TransformerEngine rejects).
-bool max_blockwise_dynamic_range(const at::Tensor& t, const BlockwiseRange& range, double& out, std::string& why);
+// elements as float, into `out`. Otherwise `why` says why it was not computed.
+BlockwiseOutcome max_blockwise_dynamic_range(const at::Tensor& t, const BlockwiseRange& range, double& out,
+                                             std::string& why);
 
 // "max_blockwise_dynamic_range_block_size_32_dims_1" (and "_max_over_orientations"): the name
 // TransformerEngine logs it under.

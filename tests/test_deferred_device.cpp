@@ -17,6 +17,7 @@
 #include "cli/demo_model.h"
 #include "device/stats_device.h"
 #include "support/deferred_compare.h"
+#include "support/recipe_device_compare.h"
 #include "support/test_models.h"
 
 namespace {
@@ -228,6 +229,14 @@ TEST(DeferredDevice, RecipeMetricsComeBackFromTheDeviceAsOnTheCpu) {
   EXPECT_EQ(recipes.size(), 15u) << "five recipes of activations, weights and gradients";
   EXPECT_GT(blocks, 0);
   EXPECT_EQ(d.output.find("not replayed"), std::string::npos) << d.output;
+}
+
+// The recipes as the device runs them, slot by slot, against the CPU replay (the harness the
+// CUDA device's test shares).
+TEST(DeferredDevice, EachRecipeJobOnTheDeviceEqualsTheCpuReplay) {
+  auto dev = device::make_cpu_deferred_device(16);
+  ASSERT_TRUE(dev->replays_recipes());
+  EXPECT_EQ(expect_device_recipes_match_cpu(*dev, [](const torch::Tensor& t) { return t; }), 4 * 3 * 2 * 4);
 }
 
 TEST(DeferredDevice, AnInfInAnEntryBeyondTheFrameLimitIsStillFound) {

@@ -21,6 +21,7 @@
 
 #include "stats/tensor_stats.h"
 #include "support/expect_stats.h"
+#include "support/recipe_device_compare.h"
 #include "support/test_models.h"
 
 namespace {
@@ -338,6 +339,16 @@ TEST(CudaWatch, TorchScriptsFusedChainKeepsItsOpsWhenWatched) {
   if (kept) {
     EXPECT_NE(kept->origin.find("fused TorchScript group"), std::string::npos) << kept->origin;
   }
+}
+
+// Every recipe in the CUDA device pass against the CPU replay of the same values, bit for bit
+// (counts, block tallies, scale histograms), on adversarial tensors of every dtype it reads.
+TEST(CudaWatch, RecipesOnTheDeviceEqualTheCpuReplay) {
+  SKIP_WITHOUT_GPU();
+  auto dev = sentinel::device::make_cuda_device(16);
+  ASSERT_NE(dev, nullptr);
+  if (!dev->replays_recipes()) GTEST_SKIP() << "the CUDA device does not replay the recipes yet";
+  EXPECT_EQ(expect_device_recipes_match_cpu(*dev, [](const torch::Tensor& t) { return t.to(gpu()); }), 4 * 3 * 2 * 4);
 }
 
 }  // namespace

@@ -231,8 +231,10 @@ TEST(DeferredDevice, RecipeMetricsComeBackFromTheDeviceAsOnTheCpu) {
   EXPECT_EQ(d.output.find("not replayed"), std::string::npos) << d.output;
 }
 
-// The recipes as the device runs them, slot by slot, against the CPU replay (the harness the
-// CUDA device's test shares).
+// The recipes as the device runs them, slot by slot, against the CPU replay: here, where the CPU
+// device runs the same code, what this checks is the plumbing (each job honoured, its result back
+// in its slot and order after the read-back); the values' own oracle is BlockRecipes' float64
+// reference. The CUDA device's test shares the harness, and there the values are checked too.
 TEST(DeferredDevice, EachRecipeJobOnTheDeviceEqualsTheCpuReplay) {
   auto dev = device::make_cpu_deferred_device(16);
   ASSERT_TRUE(dev->replays_recipes());

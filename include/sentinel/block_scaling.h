@@ -139,11 +139,10 @@ SENTINEL_HOST_DEVICE inline BlockScale nvfp4_block_scale(float block_amax, float
 // `saturated`: the division overflowed (a tiny amax), so the scale was clamped at FLT_MAX.
 SENTINEL_HOST_DEVICE inline BlockScale float8_block_scale(float amax, Format element, bool pow2, float epsilon) {
   BlockScale s;
-  const float fp8_max = element == Format::E4M3 ? 448.0f : 57344.0f;
   const float a = amax < epsilon ? epsilon : amax;
   float scale = 1.0f;
   if (!(a > FLT_MAX) && a != 0.0f) {
-    scale = fp8_max / a;
+    scale = max_value(element) / a;
     if (scale > FLT_MAX) {
       scale = FLT_MAX;
       s.saturated = true;

@@ -144,8 +144,7 @@ void StatsCollector::add_tensor(uint32_t place, fp8::Role role, int64_t step, co
     }
     const auto key = std::make_tuple(i, place, static_cast<int>(role));
     auto [it, fresh] = blockwise_.try_emplace(key, value);
-    // NaN wins, as in the statistic itself.
-    if (!fresh) it->second = (it->second != it->second || value != value) ? value + it->second : std::max(it->second, value);
+    if (!fresh) it->second = stats::nan_propagating_max(it->second, value);
   }
 }
 

@@ -194,7 +194,7 @@ __attribute__((always_inline)) inline void scales_body(const float* __restrict a
   const float tensor_decode = static_cast<float>(1.0 / static_cast<double>(rule.tensor_scale));
   const float mx_rcp = rule.element == fp8::Format::E4M3 ? static_cast<float>(1.0 / 448.0) : static_cast<float>(1.0 / 57344.0);
   const uint32_t ocp_bias = 127u + (rule.element == fp8::Format::E4M3 ? 8u : 15u);  // + emax of the element
-  const float fb_max = rule.element == fp8::Format::E4M3 ? 448.0f : 57344.0f;
+  const float fb_max = fp8::max_value(rule.element);
   const uint32_t fb_mask = rule.pow2 ? 0xFF800000u : 0xFFFFFFFFu;  // pow2: the mantissa cleared
   const float fb_epsilon = rule.epsilon;
   uint32_t zero = 0, saturated = 0, clamped = 0, clamped_zero = 0, nonfinite = 0;

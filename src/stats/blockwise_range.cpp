@@ -81,8 +81,7 @@ double flat_blocks(const Grid<T>& g, int64_t b, bool transposed) {
     for (int64_t j = 0; j < inner; ++j) {
       block.add(transposed ? g.at(j, i) : g.at(i, j));
       if (++filled == b) {
-        const double v = block.range();
-        best = v != v || best != best ? std::numeric_limits<double>::quiet_NaN() : std::max(best, v);
+        best = nan_propagating_max(best, block.range());
         block = BlockExtremes{};
         filled = 0;
       }
@@ -101,8 +100,7 @@ double tiles(const Grid<T>& g, int64_t b) {
       for (int64_t r = r0; r < r0 + b; ++r) {
         for (int64_t c = c0; c < c0 + b; ++c) tile.add(g.at(r, c));
       }
-      const double v = tile.range();
-      best = v != v || best != best ? std::numeric_limits<double>::quiet_NaN() : std::max(best, v);
+      best = nan_propagating_max(best, tile.range());
     }
   }
   return best;
@@ -114,9 +112,7 @@ double compute(const at::Tensor& t, const BlockwiseRange& range) {
   if (range.dims == 2) return tiles(g, range.block_size);
   const double rowwise = flat_blocks(g, range.block_size, false);
   if (!range.max_over_orientations) return rowwise;
-  const double columnwise = flat_blocks(g, range.block_size, true);
-  return rowwise != rowwise || columnwise != columnwise ? std::numeric_limits<double>::quiet_NaN()
-                                                        : std::max(rowwise, columnwise);
+  return nan_propagating_max(rowwise, flat_blocks(g, range.block_size, true));
 }
 
 }  // namespace

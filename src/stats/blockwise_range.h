@@ -31,6 +31,9 @@ enum class BlockwiseOutcome {
 BlockwiseOutcome max_blockwise_dynamic_range(const at::Tensor& t, const BlockwiseRange& range, double& out,
                                              std::string& why);
 
+// The larger of two values of the statistic, NaN if either is (as torch's max over blocks).
+inline double nan_propagating_max(double a, double b) { return a != a || b != b ? a + b : (a > b ? a : b); }
+
 // "max_blockwise_dynamic_range_block_size_32_dims_1" (and "_max_over_orientations"): the name
 // TransformerEngine logs it under.
 std::string blockwise_range_name(const BlockwiseRange& range);

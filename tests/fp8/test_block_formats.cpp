@@ -11,6 +11,7 @@
 
 #include "cuda_block_oracle.h"
 #include "cuda_fp8_oracle.h"
+#include "float8_block_oracle.h"
 #include "sentinel/block_scaling.h"
 
 namespace sentinel {
@@ -163,6 +164,30 @@ TEST(Nvfp4Scale, TensorAndBlockScalesAreTransformerEnginesRules) {
       EXPECT_EQ(s.at_min, block == 0.0f && amax > 0.0f);
     }
   }
+}
+
+TEST(Float8BlockScale, IsTransformerEnginesComputeScaleFromAmax) {
+  int saturated = 0;
+  for (Format f : {Format::E4M3, Format::E5M2}) {
+    for (bool pow2 : {true, false}) {
+      for (float epsilon : {0.0f, 1e-3f}) {
+        for (float amax : interesting_amaxes()) {
+          if (amax != amax || amax < 0) continue;  // block amaxes are taken by fmaxf from 0
+          const BlockScale s = float8_block_scale(amax, f, pow2, epsilon);
+          const auto want = oracle::float8_block_reference(amax, f, pow2, epsilon);
+          ASSERT_EQ(bits_of(s.encode), bits_of(want.scale)) << amax << " pow2 " << pow2 << " eps " << epsilon;
+          EXPECT_EQ(bits_of(s.decode), bits_of(want.scale_inv)) << amax;
+          EXPECT_EQ(s.code, want.code) << amax;
+          EXPECT_EQ(s.saturated, want.saturated) << amax;
+          saturated += s.saturated;
+          if (pow2) {
+            EXPECT_EQ(s.encode * s.decode, 1.0f) << amax;  // powers of two: exact inverses
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(saturated, 0);  // tiny amaxes reached FLT_MAX
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "fp8/cuda_block_oracle.h"
 #include "fp8/cuda_fp8_oracle.h"
+#include "fp8/float8_block_oracle.h"
 #include "recipes/block_kernels.h"
 #include "recipes/block_probe.h"
 #include "recipes/recipe_probe.h"
@@ -40,32 +41,6 @@ struct Scale {
   bool saturated, at_min;
 };
 
-// Float8BlockScaling's scale as TransformerEngine defines it, in double: fp8_max / amax rounded
-// once to float (double rounding is innocuous for a division: 53 >= 2 * 24 + 2), FLT_MAX where
-// that is inf, 1 for a zero or infinite amax; the power of two at or below it by frexp; and
-// scale_inv = 1 / scale rounded to float. The code is scale_inv's biased exponent.
-Scale float8_block_reference(float amax, const BlockRecipe& r) {
-  const double fp8_max = fp8::max_value(r.element);
-  const float a = std::max(amax, r.epsilon);
-  float scale = 1.0f;
-  bool saturated = false;
-  if (a != 0.0f && std::isfinite(a)) {
-    scale = static_cast<float>(fp8_max / a);
-    if (std::isinf(scale)) {
-      scale = FLT_MAX;
-      saturated = true;
-    }
-    if (r.pow2) {
-      int e = 0;
-      std::frexp(scale, &e);  // scale = m * 2^e, m in [0.5, 1)
-      scale = std::ldexp(1.0f, e - 1);
-    }
-  }
-  const float scale_inv = static_cast<float>(1.0 / static_cast<double>(scale));
-  const int code = scale_inv < FLT_MIN ? 0 : std::ilogb(scale_inv) + 127;
-  return {static_cast<uint8_t>(code), scale, scale_inv, saturated, false};
-}
-
 // A group of values sharing one scale (a block, or a tile), with the recipe's rule computed from
 // CUDA's conversions.
 Scale reference_scale(const std::vector<float>& group, const BlockRecipe& r, float tensor_scale) {
@@ -76,7 +51,10 @@ Scale reference_scale(const std::vector<float>& group, const BlockRecipe& r, flo
     else amax = std::max(amax, std::fabs(x));
     special = special || std::isinf(x);
   }
-  if (r.kind == fp8::ScalingRecipe::Float8Block) return float8_block_reference(amax, r);
+  if (r.kind == fp8::ScalingRecipe::Float8Block) {
+    const auto f = fp8::oracle::float8_block_reference(amax, r.element, r.pow2, r.epsilon);
+    return {f.code, f.scale, f.scale_inv, f.saturated, false};
+  }
   if (r.kind == fp8::ScalingRecipe::NVFP4) {
     const uint8_t code = fp8::oracle::cuda_encode(amax * (tensor_scale * (1.0f / 6.0f)), Format::E4M3, true);
     const float block = fp8::oracle::cuda_decode(code, Format::E4M3);

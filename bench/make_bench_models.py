@@ -1,7 +1,7 @@
 """Writes the benchmarks' TorchScript model: the transformer of bench/transformer_model.h, the same
 layers and sizes, scripted with torch.jit.script as users' models are (the CLI's path).
 
-Usage: /usr/bin/python3 bench/make_bench_models.py OUT_DIR
+Usage: scripts/python.sh bench/make_bench_models.py OUT_DIR
 """
 import math
 import os

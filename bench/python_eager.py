@@ -7,7 +7,7 @@ read with .item(), as Hugging Face's class computes). Three copies of one model,
 a rotating order within each round; each round gives the ratios to the unwatched run, and the
 medians and quartiles over the rounds are printed.
 
-    OPENBLAS_NUM_THREADS=1 PYTHONPATH=build/python /usr/bin/python3 bench/python_eager.py [--rounds N]
+    OPENBLAS_NUM_THREADS=1 scripts/python.sh bench/python_eager.py [--rounds N]
 """
 
 import argparse

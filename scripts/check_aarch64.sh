@@ -13,8 +13,15 @@ command -v "$cxx" >/dev/null || { echo "check_aarch64: $cxx not found (Debian: g
 # toolchain): a directory of links to them.
 shadow=$(mktemp -d)
 trap 'rm -rf "$shadow"' EXIT
-for d in ATen c10 caffe2 torch fmt nlohmann yaml-cpp boost google gloo CLI pybind11; do
-  [ -e "/usr/include/$d" ] && ln -s "/usr/include/$d" "$shadow/$d"
+# LibTorch's (with its pybind11 and fmt, which the native build uses too) from the project's
+# PyTorch, the others from Debian's packages.
+source scripts/venv_path.sh
+torch_include=$("$SENTINEL_PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))')
+for d in ATen c10 caffe2 torch pybind11 fmt; do
+  [ -e "$torch_include/$d" ] && ln -s "$torch_include/$d" "$shadow/$d"
+done
+for d in fmt nlohmann yaml-cpp boost google gloo CLI; do
+  [ -e "/usr/include/$d" ] && [ ! -e "$shadow/$d" ] && ln -s "/usr/include/$d" "$shadow/$d"
 done
 # The Python module's files: Python's headers, whose one machine-specific header (pyconfig.h, the
 # same sizes on both 64-bit little-endian Linux targets) Debian ships for the host only.

@@ -15,8 +15,11 @@ generator=()
 command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 # The Python module is left out: a sanitized extension would need the sanitizer's runtime loaded
 # into the interpreter before anything else.
-common=(-DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSENTINEL_ENABLE_CUDA=OFF -DSENTINEL_BUILD_BENCHMARKS=OFF
-        -DSENTINEL_BUILD_PYTHON=OFF)
+source scripts/venv_path.sh
+source scripts/compiler_cache.sh
+torch_prefix=$("$SENTINEL_PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+common=(-DCMAKE_PREFIX_PATH="$torch_prefix" -DSENTINEL_FIXTURE_PYTHON="$SENTINEL_PYTHON" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSENTINEL_ENABLE_CUDA=OFF -DSENTINEL_BUILD_BENCHMARKS=OFF
+        -DSENTINEL_BUILD_PYTHON=OFF "${sentinel_launcher[@]}")
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer, Debug configuration (build-asan)"
 # Debug: without NDEBUG, as a user's Debug build sees LibTorch's headers (asserts on), at -O1.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs every build, test and run dependency from Debian's packages.
-# Safe to run repeatedly: apt-get skips what is already installed.
+# Installs every build, test and run dependency: Debian's packages, then PyTorch and the Python
+# test packages from PyPI, pinned in scripts/python-requirements.txt, into a virtual environment
+# outside the checkout (scripts/venv_path.sh says where). Safe to run repeatedly: what is already
+# installed is not installed again, and a second run needs no network.
 set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev            # LibTorch 1.13 (CPU)
-  libopenblas0-pthread    # without it LibTorch uses the reference BLAS (GEMMs ~18x slower)
+  ccache                  # compiled objects kept across builds and clones (scripts/compiler_cache.sh)
   libfmt-dev
   libboost-stacktrace-dev
   libgtest-dev libgmock-dev
@@ -17,10 +18,9 @@ packages=(
   libyaml-cpp-dev         # YAML configs (Options::from_yaml)
   libprotobuf-dev protobuf-compiler  # TensorBoard event files
   python3-protobuf python3-crc32c    # the tests' independent reader of TensorBoard files
-  python3-torch python3-torchvision  # test fixtures: TorchScript models scripted at test time
   chromium                # the HTML report's test renders it headless and checks the DOM
   g++-aarch64-linux-gnu   # every source file is compiled for aarch64 too (scripts/check_aarch64.sh)
-  python3-dev pybind11-dev python3-pytest  # the Python module overflow_sentinel and its tests
+  python3-dev python3-venv  # the environment PyTorch is installed into, and the headers the module needs
 )
 
 missing=()
@@ -34,4 +34,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# PyTorch from PyPI: its LibTorch (with CUDA) is what the project builds against, its Python what
+# the module is built for and the fixtures are scripted with. A finished environment is marked; a
+# half-made one (an interrupted download) is made again.
+source "$(dirname "$0")/venv_path.sh"
+requirements="$(dirname "$0")/python-requirements.txt"
+if [ ! -f "$SENTINEL_VENV/.sentinel-complete" ]; then
+  echo "setup: installing PyTorch and the test packages into $SENTINEL_VENV (once: several GB)"
+  rm -rf "$SENTINEL_VENV"
+  mkdir -p "$(dirname "$SENTINEL_VENV")"
+  "$sentinel_base_python" -m venv "$SENTINEL_VENV"
+  "$SENTINEL_PYTHON" -m pip install --quiet --no-cache-dir --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$SENTINEL_VENV/.sentinel-complete"
 fi

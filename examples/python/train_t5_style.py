@@ -1,6 +1,6 @@
 """A small T5-style model trained in Python eager code, watched by Overflow Sentinel.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/train_t5_style.py [--steps N] [--lr LR]
+    scripts/python.sh examples/python/train_t5_style.py [--steps N] [--lr LR]
 
 With the default learning rate the run is clean. With a learning rate that is far too large
 (--lr 5e5, say) the weights grow until the gated feed-forward's `mul` overflows: the watchdog prints

@@ -13,7 +13,28 @@ import weakref
 
 import torch
 
-from . import _native
+from . import _build_info
+
+
+def _load_native():
+    """The native part, after checking that this Python and this torch are the ones it was built
+    for: another torch's libraries would fail inside the dynamic loader with an undefined symbol,
+    another Python would find no module of that name. Either way the message says what to do."""
+    rebuild = (f"rebuild the module for this interpreter (cmake -DSENTINEL_PYTHON={sys.executable}, "
+               f"with the LibTorch of its torch), or run it with {_build_info.python}")
+    here = ".".join(str(v) for v in sys.version_info[:3])
+    if here.rsplit(".", 1)[0] != _build_info.python_version.rsplit(".", 1)[0]:
+        raise ImportError(f"overflow_sentinel was built for Python {_build_info.python_version} "
+                          f"({_build_info.ext_suffix}); this is Python {here}: {rebuild}")
+    if torch.__version__ != _build_info.torch_version:
+        raise ImportError(f"overflow_sentinel was built against torch {_build_info.torch_version}; "
+                          f"this Python imports torch {torch.__version__} from "
+                          f"{torch.__file__.rsplit('/', 2)[0]}: {rebuild}")
+    from . import _native as native
+    return native
+
+
+_native = _load_native()
 from ._report import Entry, Frame, Record, Report
 
 __version__ = _native.__version__

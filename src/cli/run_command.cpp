@@ -55,13 +55,7 @@ std::vector<std::vector<c10::IValue>> load_batches(const std::string& path) {
   try {
     data = torch::jit::pickle_load(bytes);
   } catch (const c10::Error& e) {
-    std::string why = first_line(e.what_without_backtrace());
-    std::string hint;
-    if (why.find("Unknown opcode") != std::string::npos) {
-      hint = " (LibTorch 1.13 cannot read a list holding exactly one batch, nor dicts: save a list of two or more "
-             "batches, or a tuple: torch.save((batch0,), path))";
-    }
-    throw InputError("'" + path + "' could not be read as a torch.save file: " + why + hint);
+    throw InputError("'" + path + "' could not be read as a torch.save file: " + first_line(e.what_without_backtrace()));
   }
   std::vector<c10::IValue> items;
   if (data.isList()) {

@@ -11,8 +11,17 @@
 #include <vector>
 
 #include <sentinel/errors.h>
+#include <sentinel/ranks.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace py = pybind11;
+
+// torch binds its c10d objects with c10::intrusive_ptr as the holder (torch/csrc/utils/pybind.h
+// says so for torch's own modules): declared here too, a Store or ProcessGroup made in Python
+// arrives as the object torch made, shared with it.
+PYBIND11_DECLARE_HOLDER_TYPE(T, c10::intrusive_ptr<T>, true)
 
 namespace sentinel {
 namespace python {
@@ -160,6 +169,18 @@ DumpOptions parse_dumps(py::handle v, DumpOptions o, const std::string& argument
   return o;
 }
 
+// A c10d object made in Python (torch.distributed's TCPStore, FileStore, HashStore, a process
+// group): pybind11 finds its C++ type through the types torch registered, which it shares with
+// this module when both were built with the same pybind11 internals and compiler ABI.
+template <class T>
+c10::intrusive_ptr<T> as_c10d(py::handle v, const std::string& argument, const char* wanted) {
+  try {
+    return v.cast<c10::intrusive_ptr<T>>();
+  } catch (const py::cast_error&) {
+    type_error(argument, wanted, v);
+  }
+}
+
 RankOptions parse_ranks(py::handle v, RankOptions o, const std::string& argument) {
   const Setters<RankOptions> setters = {
       {"rank", [](RankOptions& t, py::handle x, const std::string& a) { t.rank(as_int(x, a)); }},
@@ -167,6 +188,12 @@ RankOptions parse_ranks(py::handle v, RankOptions o, const std::string& argument
       {"exchange", [](RankOptions& t, py::handle x, const std::string& a) { t.exchange(as_bool(x, a)); }},
       {"timeout_seconds", [](RankOptions& t, py::handle x, const std::string& a) { t.timeout_seconds(as_float(x, a)); }},
       {"max_wait_seconds", [](RankOptions& t, py::handle x, const std::string& a) { t.max_wait_seconds(as_float(x, a)); }},
+      {"store", [](RankOptions& t, py::handle x, const std::string& a) {
+         t.channel(store_channel(as_c10d<c10d::Store>(x, a, "a torch.distributed Store")));
+       }},
+      {"group", [](RankOptions& t, py::handle x, const std::string& a) {
+         t.channel(group_channel(as_c10d<c10d::ProcessGroup>(x, a, "a torch.distributed ProcessGroup")));
+       }},
   };
   apply_dict(o, as_dict(v, argument), setters, argument);
   return o;

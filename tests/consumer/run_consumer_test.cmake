@@ -10,6 +10,6 @@ function(run_step)
 endfunction()
 run_step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
 run_step(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build"
-         -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+         -DCMAKE_PREFIX_PATH=${prefix} -DTorch_DIR=${Torch_DIR} -DCMAKE_BUILD_TYPE=Release)
 run_step(${CMAKE_COMMAND} --build "${WORK_DIR}/build" -j 2)
 run_step("${WORK_DIR}/build/consumer")

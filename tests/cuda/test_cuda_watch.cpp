@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cuda/device_stats.h"
 #include "stats/tensor_stats.h"
 #include "support/expect_stats.h"
 #include "support/recipe_device_compare.h"
@@ -28,8 +29,12 @@ namespace {
 
 using namespace sentinel_test;
 
-#define SKIP_WITHOUT_GPU() \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+// The CUDA runtime's own reason (no driver, no device visible) goes into the skip message.
+#define SKIP_WITHOUT_GPU()                                                      \
+  if (std::string why; !sentinel::cuda::device_available(&why))                 \
+    GTEST_SKIP() << "no CUDA device: " << why;                                  \
+  else if (!torch::cuda::is_available())                                        \
+  GTEST_SKIP() << "LibTorch sees no CUDA device"
 
 torch::Device gpu() { return torch::Device(torch::kCUDA, 0); }
 
@@ -315,7 +320,10 @@ TEST(CudaWatch, TorchScriptsFusedChainKeepsItsOpsWhenWatched) {
                    [&](const sentinel::Report& r) {
                      if (!report) report = r;
                    }));
-    for (const auto& b : torch::jit::pickle_load(bytes).toListRef()) {
+    // Held by name: a range-for over pickle_load(...).toListRef() would walk a list that died
+    // with the temporary before the first batch.
+    const c10::IValue batches = torch::jit::pickle_load(bytes);
+    for (const auto& b : batches.toListRef()) {
       debug.forward({b.toTensor().to(gpu())});
       if (report) break;
     }

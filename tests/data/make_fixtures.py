@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Regenerate the test fixtures in tests/data/ with Python's PyTorch.
 
 The fixtures are genuine Python output (TorchScript archives written by
@@ -7,8 +7,8 @@ is tested against files it did not write itself.
 
 Usage (from the repository root):
 
-    apt-get install -y --no-install-recommends python3-torch
-    /usr/bin/python3 tests/data/make_fixtures.py
+    bash scripts/setup.sh
+    scripts/python.sh tests/data/make_fixtures.py
 
 Everything is deterministic: weights and clean inputs come from fixed seeds,
 and running the script twice produces byte-identical files.  Only this script

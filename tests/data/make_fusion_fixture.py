@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Write t5_ff_scripted.pt and t5_ff_inputs.pt: a T5-style gated feed-forward whose
 `gelu(wi_0(x)) * wi_1(x)` TorchScript's fuser runs as one kernel, and five batches of which
 batch 3 overflows float32 at that `mul` (both of its inputs are finite, about 1e20).
 
-Usage (from the repository root): /usr/bin/python3 tests/data/make_fusion_fixture.py
+Usage (from the repository root): scripts/python.sh tests/data/make_fusion_fixture.py
 Deterministic: fixed seed.
 """
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Write the fixture of `sentinel diff`'s test: a model whose bfloat16 run parts from its
 float32 run at a known op.
 
@@ -8,7 +8,7 @@ In float32 `back` equals `h` to about 2e-4. In bfloat16 (8 significant bits) the
 4096 are 32 apart, so `shifted` rounds to 4096 and `back` is 0: the traces agree up to aten::add
 and part at aten::sub.
 
-Usage (from the repository root): /usr/bin/python3 tests/data/make_precision_fixture.py
+Usage (from the repository root): scripts/python.sh tests/data/make_precision_fixture.py
 """
 
 import os

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Write a zoo of scripted torchvision classifiers, with overflowing twins.
 
 The zoo tests the watchdog against real model code: the TorchScript
@@ -9,7 +9,7 @@ Python run of the same models with Hugging Face's detection method
 
 Usage:
 
-    /usr/bin/python3 tests/zoo/make_zoo.py OUT_DIR [model ...]
+    scripts/python.sh tests/zoo/make_zoo.py OUT_DIR [model ...]
 
 With no model names, every model in MODELS is written.  For each model NAME
 the script writes into OUT_DIR (and nowhere else):
@@ -43,8 +43,8 @@ the exact Python expression used.
 
 Everything is deterministic: weights and inputs come from fixed seeds, and
 the script re-runs itself with PYTHONHASHSEED=0 (TorchScript writes some
-module constants in set order).  Needs Debian's python3-torch and
-python3-torchvision (torch 1.13, torchvision 0.14); no network access and no
+module constants in set order).  Needs the project's torch and
+torchvision (scripts/python-requirements.txt); no network access and no
 pretrained weights.
 """
 
@@ -465,7 +465,7 @@ def main():
     warnings.filterwarnings("ignore", message="Scripted GoogleNet always returns")
 
     if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-        print("usage: /usr/bin/python3 tests/zoo/make_zoo.py OUT_DIR [model ...]")
+        print("usage: scripts/python.sh tests/zoo/make_zoo.py OUT_DIR [model ...]")
         print("models:", ", ".join(MODELS))
         raise SystemExit(2)
     out_dir = sys.argv[1]

@@ -2,6 +2,8 @@
 // Ops whose results are uninitialized memory, filled by a later op (an autograd formula's
 // `new_empty_strided(...).zero_()`, a user's `torch::empty` then `copy_`): whatever bits they hold
 // mean nothing, and reading them would report garbage as inf/nan.
+#include <cstring>
+
 #include "capture/op_name_list.h"
 
 namespace sentinel {
@@ -13,6 +15,14 @@ inline bool returns_uninitialized(const char* op_name) {
                                      "aten::empty_quantized", "aten::_empty_per_channel_affine_quantized"};
   return capture::is_aten_op_in(op_name, kOps);
 }
+
+// Collectives (c10d::allreduce_, c10d::broadcast_, ...; LibTorch 2.x dispatches them as ops) return
+// at once and write their tensors on the process group's thread or stream until wait(): at the
+// op's end those tensors do not hold the result yet, and their writes bump no version counter, so
+// an earlier read of them would be taken as still valid: the op that uses the result after wait()
+// would be blamed for what the collective brought. No frame, and the reads kept so far are
+// dropped: the tensors are read again at their next use.
+inline bool writes_asynchronously(const char* op_name) { return std::strncmp(op_name, "c10d::", 6) == 0; }
 
 // In-place ops that replace every element of `self` without reading it: `self` going in is a
 // destination, not an input (often an uninitialized buffer).

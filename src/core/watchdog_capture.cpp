@@ -61,7 +61,8 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
       const auto* alias = r.alias_info();
       all_views = all_views && alias != nullptr && !alias->isWrite();
     }
-    info.skip = (opts.skip_view_ops() && all_views) || core::returns_uninitialized(fn.name());
+    info.collective = core::writes_asynchronously(fn.name());
+    info.skip = (opts.skip_view_ops() && all_views) || core::returns_uninitialized(fn.name()) || info.collective;
     info.num_args = static_cast<int>(schema->arguments().size());
     info.num_returns = static_cast<int>(returns.size());
     info.tensor_args = 0;
@@ -164,6 +165,9 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     name_id = strings.intern(fn.name());
   }
   const OpInfo& info = op_info(fn, name_id);
+  // A collective's writes bump no version counter: every read kept so far may be of a tensor it
+  // is about to overwrite.
+  if (info.collective) stats_cache.clear();
   if (info.skip) {
     // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
     // the module whose parameter it views.

@@ -52,6 +52,7 @@ struct OpInfo {
   int num_args = -1;
   int num_returns = -1;
   bool pure = false;  // writes nothing but its results: its inputs may be read beside it
+  bool collective = false;  // writes its tensors after it returns, unannounced (core/uninitialized_ops.h)
 };
 
 // A GEMM operand read for the FP8 probe of its slot and/or a statistics collection, in one read.

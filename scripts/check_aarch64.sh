@@ -40,12 +40,12 @@ flags=(-std=c++17 -fsyntax-only -Wall -Wextra -Werror=attributes -DFMT_HEADER_ON
 [ -n "$python_include" ] && flags+=(-isystem "$shadow/$python_name")
 [ -d /usr/local/cuda/include ] && flags+=(-isystem /usr/local/cuda/include)
 files=$(ls src/*/*.cpp src/*/*/*.cpp cuda/*.cpp 2>/dev/null | grep -v 'cuda_stats_device.cpp')
-count=0
-for f in $files; do
-  if ! "$cxx" "${flags[@]}" "$f"; then
-    echo "check_aarch64: $f does not compile for aarch64"
-    exit 1
-  fi
-  count=$((count + 1))
-done
+# One compiler per core (each file parses LibTorch's headers: about 10 s); the first file that
+# fails is named, and its errors shown.
+export cxx
+export flags_joined=$(printf '%q ' "${flags[@]}")
+check_one() { eval "\"\$cxx\" $flags_joined \"\$1\"" || { echo "check_aarch64: $1 does not compile for aarch64"; exit 255; }; }
+export -f check_one
+count=$(echo "$files" | wc -w)
+echo "$files" | tr ' ' '\n' | xargs -P "${SENTINEL_JOBS:-$(nproc)}" -I{} bash -c 'check_one "$1"' _ {} || exit 1
 echo "check_aarch64: $count files compile for aarch64 ($("$cxx" -dumpmachine))"

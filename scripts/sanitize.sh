@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test suite under the sanitizers, each build in its own directory:
-#   build-asan: AddressSanitizer + UndefinedBehaviorSanitizer, the whole suite (not `slow`), in
-#               the Debug configuration (asserts on, NDEBUG not defined);
+#   build-asan: AddressSanitizer + UndefinedBehaviorSanitizer, the whole suite in the Debug
+#               configuration (asserts on, NDEBUG not defined), but for the checks that run no
+#               code of the project's (the aarch64 syntax check and the source checks: labels
+#               `arm`, `source`) and the exhaustive FP8 sweep (`slow`);
 #   build-tsan: ThreadSanitizer, the multi-threaded tests (LibTorch's own libraries are not
 #               instrumented: tests/tsan.supp ignores what they call).
 # -O1 without debug info: reports still name the functions, and the builds compile several times
@@ -29,7 +31,7 @@ cmake -S . -B build-asan "${generator[@]}" "${common[@]}" -DCMAKE_BUILD_TYPE=Deb
 # when the build lists each test binary's tests.
 ASAN_OPTIONS=detect_leaks=0 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j "$jobs" -LE slow)
+   ctest --output-on-failure -j "$jobs" -LE "slow|arm|source")
 
 echo "== ThreadSanitizer (build-tsan)"
 cmake -S . -B build-tsan "${generator[@]}" "${common[@]}" -DSENTINEL_TSAN=ON -DSENTINEL_BUILD_EXAMPLES=OFF >/dev/null

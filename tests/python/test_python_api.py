@@ -4,6 +4,7 @@ memory over many batches, FP8 metrics against the native CLI, compiled code."""
 import gc
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -212,3 +213,17 @@ def test_headroom_and_max_frames_through_keywords():
             model(torch.ones(2, 8))
         assert len(caught.value.report.frames) == 7
         assert w.headroom()[0].startswith("frames checked")
+
+
+# ---- a module built for another Python or torch ------------------------------------------------
+
+@pytest.mark.parametrize("field, value, words", [
+    ("torch_version", "2.0.0+cpu", "built against torch 2.0.0+cpu; this Python imports torch"),
+    ("python_version", "3.9.18", "built for Python 3.9.18"),
+])
+def test_a_module_built_for_another_torch_or_python_refuses_to_load_saying_so(monkeypatch, field, value, words):
+    from overflow_sentinel import _build_info
+    monkeypatch.setattr(_build_info, field, value)
+    with pytest.raises(ImportError, match=re.escape(words)) as caught:
+        overflow_sentinel._load_native()
+    assert "rebuild the module" in str(caught.value)

@@ -37,5 +37,9 @@ echo "== ThreadSanitizer (build-tsan)"
 cmake -S . -B build-tsan "${generator[@]}" "${common[@]}" -DSENTINEL_TSAN=ON -DSENTINEL_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target sentinel_threads_tests
 # Outside ctest, so bounded here: a hang fails the run with a message instead of stalling it.
+# Gloo's own worker threads (inside PyPI's LibTorch, not instrumented) wait on the process group's
+# condition variables: TSan sees the waits through libstdc++ but not the locking around them, and
+# reports each as an unlock of an unlocked mutex. The test that runs a real Gloo group runs in the
+# other builds; the channel's logic is covered here by the tests with simulated collectives.
 TSAN_OPTIONS="suppressions=$root/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1" \
-  timeout 1800 build-tsan/tests/sentinel_threads_tests
+  timeout 1800 build-tsan/tests/sentinel_threads_tests --gtest_filter=-GroupChannel.AllGatherOnGlooGivesTheSameAgreement

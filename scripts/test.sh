@@ -3,7 +3,7 @@
 # the suite again under the sanitizers (scripts/sanitize.sh: ASan+UBSan, and ThreadSanitizer on
 # the multi-threaded tests; SENTINEL_SANITIZERS=0 skips them).
 # Tests labelled `slow` (the exhaustive FP8 sweep) run only with SENTINEL_SLOW_TESTS=1.
-# Each leg is timed against its budget (README, "Testing"); the times are printed at the end.
+# Each leg is timed against its budget (README, "Quick start"); the times are printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${SENTINEL_BUILD_DIR:-build}

@@ -4,23 +4,33 @@
 #include <benchmark/benchmark.h>
 #include <torch/script.h>
 
+#include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "transformer_model.h"
 
 namespace bench {
 
+// In models/ beside the benchmark's program, where bench/CMakeLists.txt writes it: found from the
+// program rather than compiled in, so that no object depends on where the build lies.
+inline const std::string& scripted_model_path() {
+  static const std::string path =
+      (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "models" / "transformer_scripted.pt").string();
+  return path;
+}
+
 // The module, loaded once; without it the case is skipped with a message.
 inline std::optional<torch::jit::Module> load_scripted(benchmark::State& state) {
   static std::optional<torch::jit::Module> model = []() -> std::optional<torch::jit::Module> {
     try {
-      return torch::jit::load(SENTINEL_BENCH_MODELS_DIR "/transformer_scripted.pt");
+      return torch::jit::load(scripted_model_path());
     } catch (const std::exception&) {
       return std::nullopt;
     }
   }();
-  if (!model) state.SkipWithError("no " SENTINEL_BENCH_MODELS_DIR "/transformer_scripted.pt (make_bench_models.py)");
+  if (!model) state.SkipWithError(("no " + scripted_model_path() + " (make_bench_models.py)").c_str());
   return model;
 }
 

@@ -15,6 +15,7 @@
 
 #include "support/shell.h"
 #include "support/test_models.h"
+#include "support/test_paths.h"
 
 namespace {
 
@@ -22,7 +23,7 @@ using sentinel_test::data_path;
 
 using sentinel_test::Run;
 
-Run sentinel_cli(const std::string& args) { return sentinel_test::shell(std::string(SENTINEL_CLI_PATH) + " " + args); }
+Run sentinel_cli(const std::string& args) { return sentinel_test::shell(sentinel_test::cli_program() + " " + args); }
 
 std::string run_args(const std::string& model, const std::string& inputs) {
   return "run --model " + data_path(model) + " --inputs " + data_path(inputs);
@@ -249,7 +250,7 @@ TEST(Cli, RunWithAConfigWritesTheStatisticsLogs) {
 
   // SENTINEL_CONFIG is read when --config is not given; a mistake in it names the line.
   std::ofstream(config, std::ios::trunc) << "sentinel:\n  max_frames: 3\n";
-  r = sentinel_test::shell("SENTINEL_CONFIG=" + config.string() + " " + SENTINEL_CLI_PATH + " demo");
+  r = sentinel_test::shell("SENTINEL_CONFIG=" + config.string() + " " + sentinel_test::cli_program() + " demo");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find(config.string() + ":2: unknown key 'max_frames'"), std::string::npos) << r.output;
   fs::remove_all(dir);

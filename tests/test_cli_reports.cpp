@@ -9,6 +9,7 @@
 
 #include "support/shell.h"
 #include "support/test_models.h"
+#include "support/test_paths.h"
 
 namespace {
 
@@ -16,7 +17,7 @@ namespace fs = std::filesystem;
 using sentinel_test::data_path;
 
 sentinel_test::Run sentinel_cli(const std::string& args) {
-  return sentinel_test::shell(std::string(SENTINEL_CLI_PATH) + " " + args);
+  return sentinel_test::shell(sentinel_test::cli_program() + " " + args);
 }
 
 std::string read(const fs::path& p) {

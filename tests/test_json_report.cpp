@@ -11,6 +11,7 @@
 
 #include "cli/demo_model.h"
 #include "support/golden.h"
+#include "support/test_paths.h"
 
 namespace {
 
@@ -89,7 +90,7 @@ json resolve(const json& node, const json& root) {
 }
 
 json load_schema() {
-  std::ifstream in(SENTINEL_SCHEMA_PATH);
+  std::ifstream in(sentinel_test::report_schema());
   json raw = json::parse(in);
   return resolve(raw, raw);
 }

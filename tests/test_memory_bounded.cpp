@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/test_paths.h"
+
 namespace {
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -77,7 +79,7 @@ TEST(MemoryBounded, TenThousandWatchedTrainingStepsHoldNoMoreMemory) {
 
 TEST(MemoryBounded, TenThousandTorchScriptBatchesHoldNoMoreMemory) {
   if (kSanitized) GTEST_SKIP() << "sanitizer allocators quarantine freed memory";
-  auto model = torch::jit::load(SENTINEL_TEST_DATA_DIR "/mlp_scripted.pt");
+  auto model = torch::jit::load(sentinel_test::test_data_dir() + "/mlp_scripted.pt");
   model.eval();
   torch::NoGradGuard no_grad;
   std::ostringstream out;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "support/shell.h"
+#include "support/test_paths.h"
 
 namespace {
 
@@ -235,8 +236,8 @@ TEST(StatsCollections, TensorBoardEventsReadBackByAnIndependentReader) {
   if (sentinel_test::shell("/usr/bin/python3 -c 'import google.protobuf, crc32c'").code != 0) {
     GTEST_SKIP() << "/usr/bin/python3 lacks google.protobuf or crc32c (Debian: python3-protobuf python3-crc32c)";
   }
-  const auto read = sentinel_test::shell(std::string("/usr/bin/python3 ") + SENTINEL_TB_READER + " --protoc " +
-                                         SENTINEL_TB_PROTOC + " " + SENTINEL_TB_PROTO + " " +
+  const auto read = sentinel_test::shell(std::string("/usr/bin/python3 ") + sentinel_test::tensorboard_reader() + " --protoc " +
+                                         sentinel_test::protoc_program() + " " + sentinel_test::tensorboard_proto() + " " +
                                          (dir / "tensorboard").string());
   ASSERT_EQ(read.code, 0) << read.output;
   const std::string& text = read.output;
@@ -351,7 +352,7 @@ TEST(StatsCollections, WatchingWithCollectionsNeverChangesResults) {
 
 // docs/config.md's complete config is the one examples/stats_collection.cpp runs, and it loads.
 TEST(StatsCollections, TheDocumentedConfigIsTheExamplesAndLoads) {
-  const fs::path root = SENTINEL_SOURCE_DIR;
+  const fs::path root = sentinel_test::source_dir();
   std::ifstream doc(root / "docs" / "config.md");
   ASSERT_TRUE(doc);
   std::vector<std::string> blocks;

@@ -19,6 +19,7 @@
 
 #include "support/shell.h"
 #include "support/test_models.h"
+#include "support/test_paths.h"
 
 namespace {
 
@@ -70,7 +71,7 @@ TEST(TensorDumps, SelectedLayersGemmTensorsAreSavedAndLoadBackExactly) {
 
   // Python's own torch.load opens them, with the default of torch 2.6 and later that users get
   // (weights_only=True, said here so that the check holds on any torch): a dump is tensors only.
-  const auto py = shell(std::string(SENTINEL_TORCH_PYTHON) +
+  const auto py = shell(sentinel_test::torch_python() +
                         " -c \"import torch,sys; t=torch.load(sys.argv[1], weights_only=True); "
                         "print(repr(t.double().sum().item()))\" " + (dir / "fc1.activation.step2.pt").string());
   ASSERT_EQ(py.code, 0) << py.output;
@@ -155,18 +156,18 @@ TEST(TensorDumps, AtDetectionTheOpIsSavedAndReplayMakesTheInfAgain) {
     text << json.rdbuf();
     EXPECT_NE(text.str().find("\"dump_dir\""), std::string::npos);
 
-    auto replay = shell(std::string(SENTINEL_CLI_PATH) + " replay " + dump);
+    auto replay = shell(sentinel_test::cli_program() + " replay " + dump);
     EXPECT_EQ(replay.code, 3) << replay.output;
     EXPECT_NE(replay.output.find("reproduced: aten::exp makes inf/nan from finite arguments"), std::string::npos)
         << replay.output;
 
     // A corrupt dump is named, not a crash.
     std::ofstream(fs::path(dump) / "inputs.pt", std::ios::trunc) << "garbage";
-    auto corrupt = shell(std::string(SENTINEL_CLI_PATH) + " replay " + dump);
+    auto corrupt = shell(sentinel_test::cli_program() + " replay " + dump);
     EXPECT_EQ(corrupt.code, 4) << corrupt.output;
     EXPECT_NE(corrupt.output.find("inputs.pt"), std::string::npos) << corrupt.output;
   }
-  auto missing = shell(std::string(SENTINEL_CLI_PATH) + " replay " + (dir / "nowhere").string());
+  auto missing = shell(sentinel_test::cli_program() + " replay " + (dir / "nowhere").string());
   EXPECT_EQ(missing.code, 4) << missing.output;
   fs::remove_all(dir);
 }
@@ -181,11 +182,11 @@ TEST(TensorDumps, ReplaySaysWhenTheOpGivesFiniteResults) {
   save("inputs.pt", c10::ivalue::Tuple::create({torch::ones({3}), torch::full({3}, 2.0f)}));
   save("outputs.pt", c10::ivalue::Tuple::create({torch::full({3}, 2.0f)}));
   std::ofstream(dir / "op.json") << R"({"op": "aten::mul", "overload": "Tensor", "module_path": "m", "batch": 0})";
-  auto r = shell(std::string(SENTINEL_CLI_PATH) + " replay " + dir.string());
+  auto r = shell(sentinel_test::cli_program() + " replay " + dir.string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("not reproduced"), std::string::npos) << r.output;
   std::ofstream(dir / "op.json", std::ios::trunc) << R"({"op": "aten::no_such_op", "overload": ""})";
-  r = shell(std::string(SENTINEL_CLI_PATH) + " replay " + dir.string());
+  r = shell(sentinel_test::cli_program() + " replay " + dir.string());
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("aten::no_such_op"), std::string::npos) << r.output;
   fs::remove_all(dir);

@@ -16,10 +16,11 @@
 #include <sstream>
 
 #include "cli/run_command.h"
+#include "support/test_paths.h"
 
 namespace {
 
-std::string zoo_path(const std::string& name) { return std::string(SENTINEL_ZOO_DIR) + "/" + name; }
+std::string zoo_path(const std::string& name) { return sentinel_test::zoo_dir() + "/" + name; }
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);

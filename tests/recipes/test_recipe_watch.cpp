@@ -17,6 +17,7 @@
 #include "recipes/block_probe.h"
 #include "recipes/recipe_probe.h"
 #include "stats/tensor_stats.h"
+#include "support/test_paths.h"
 
 namespace sentinel {
 namespace {
@@ -162,7 +163,7 @@ TEST(RecipeWatch, RecipeNamesAreCheckedInOptionsAndConfig) {
 
 TEST(RecipeWatch, DemoPrintsTheRecipesSideBySide) {
   const std::string out_path = ::testing::TempDir() + "demo_recipes.txt";
-  const std::string cmd = std::string(SENTINEL_CLI_PATH) + " demo fp8 --recipes delayed,current,mxfp8,nvfp4,float8block > " + out_path;
+  const std::string cmd = sentinel_test::cli_program() + " demo fp8 --recipes delayed,current,mxfp8,nvfp4,float8block > " + out_path;
   const int rc = std::system(cmd.c_str());
   ASSERT_NE(rc, -1);
   std::ifstream in(out_path);
@@ -172,7 +173,7 @@ TEST(RecipeWatch, DemoPrintsTheRecipesSideBySide) {
   EXPECT_NE(out.find("| nvfp4"), std::string::npos) << out;
   EXPECT_NE(out.find("| float8block"), std::string::npos) << out;
   EXPECT_NE(out.find("blocks,"), std::string::npos) << out;
-  const std::string bad = std::string(SENTINEL_CLI_PATH) + " demo fp8 --recipes delayed,fp6 > /dev/null 2>&1";
+  const std::string bad = sentinel_test::cli_program() + " demo fp8 --recipes delayed,fp6 > /dev/null 2>&1";
   EXPECT_EQ(WEXITSTATUS(std::system(bad.c_str())), 2);
   std::remove(out_path.c_str());
 }

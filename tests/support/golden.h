@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/test_paths.h"
+
 namespace sentinel_test {
 
 // Numbers printed as %8.2e depend on the BLAS build's last bits; layout, names and inf/nan do not.
@@ -28,7 +30,7 @@ inline std::string mask_cpp_stack(const std::string& text) {
 }
 
 inline void expect_matches_golden(const std::string& actual, const std::string& name) {
-  const std::string path = std::string(SENTINEL_GOLDEN_DIR) + "/" + name;
+  const std::string path = sentinel_test::golden_dir() + "/" + name;
   if (const char* update = std::getenv("SENTINEL_UPDATE_GOLDEN"); update && std::string(update) == "1") {
     std::ofstream(path) << actual;
     return;

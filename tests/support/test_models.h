@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "support/test_paths.h"
+
 namespace sentinel_test {
 
 struct MlpImpl : torch::nn::Module {
@@ -70,6 +72,6 @@ inline std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-inline std::string data_path(const std::string& name) { return std::string(SENTINEL_TEST_DATA_DIR) + "/" + name; }
+inline std::string data_path(const std::string& name) { return sentinel_test::test_data_dir() + "/" + name; }
 
 }  // namespace sentinel_test

@@ -8,6 +8,7 @@ first inf/nan the report is printed in HF's layout and NonFiniteError (a ValueEr
 is raised, carrying the report as an object. See docs/python.md.
 """
 
+import functools
 import sys
 import weakref
 
@@ -107,38 +108,54 @@ def _compiled_modules(model):
 
 
 class Watch:
-    """Watches `model` from construction until close() (or the end of a `with` block).
+    """Watches `model` from construction until close() (or the end of a `with` block), or until
+    the model is collected.
 
     A batch is one call of the model (its top module's forward) unless `batch()` opens one for a
     training step. Keyword arguments are the native Options (option_names()); `config` is a YAML
     config in TransformerEngine's layout, applied first; `callback(report)` with action='callback'
     (implied) is called at detection instead of raising."""
 
+    # Whether the model's hooks keep the watchdog alive (DebugUnderflowOverflow: as HF's object,
+    # which lives through the hooks it registered), and whether a newer one replaces it.
+    _lives_with_model = False
+
     def __init__(self, model, *, config=None, callback=None, **options):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"overflow_sentinel: model must be a torch.nn.Module, not {type(model).__name__}")
-        other = _watched.get(model)
-        if other is not None and other() is not None and not other()._native.closed:
+        older = _watched.get(model)
+        older = older() if older is not None else None
+        if older is not None and older._native.closed:
+            older = None
+        if older is not None and not (self._lives_with_model and older._lives_with_model):
             raise ValueError("overflow_sentinel: this model is already watched; close() that watchdog first")
         if config is not None and not isinstance(config, str) and not hasattr(config, "__fspath__"):
             raise TypeError(f"overflow_sentinel: config must be a path, not {type(config).__name__}")
-        native_callback = None
-        if callback is not None:
-            if not callable(callback):
-                raise TypeError(f"overflow_sentinel: callback must be callable, not {type(callback).__name__}")
-            native_callback = lambda report_json, text: callback(Report.from_json(report_json, text))  # noqa: E731
+        if callback is not None and not callable(callback):
+            raise TypeError(f"overflow_sentinel: callback must be callable, not {type(callback).__name__}")
+        # What the native side holds refers to this object weakly: Python's cycle collector does not
+        # see into it, so a strong reference there (to a callback that names the model, say) would
+        # keep the model, and through its hooks this watchdog, alive for good.
+        me = weakref.ref(self)
+        self._callback = callback
+        native_callback = None if callback is None else functools.partial(_call_back, me)
         self._native = _native.Watch(model, options, None if config is None else str(config), native_callback)
+        if older is not None:
+            older.close()  # Trainer builds a new one at every train(): the newer one watches
         self._explicit = 0
         self._compiled = _compiled_modules(model)
         self._handles = []
-        me = weakref.ref(self)
-        for index, module in enumerate(self._native.modules()):
+        # The hooks hold this object strongly when it lives as long as the model, else weakly.
+        hold = (lambda target=self: target) if self._lives_with_model else me
+        for index, module in enumerate(self._native.take_modules()):
             try:
-                self._handles.append(module.register_forward_pre_hook(_pre_hook(me, index)))
-                self._handles.append(module.register_forward_hook(_post_hook(me, index)))
+                self._handles.append(module.register_forward_pre_hook(_pre_hook(hold, index)))
+                self._handles.append(module.register_forward_hook(_post_hook(hold, index)))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         _watched[model] = me
+        # Once the model is gone there is nothing left to watch: the watchdog closes then.
+        self._finalizer = weakref.finalize(model, _close_if_alive, me)
 
     # ---- the hooks' work ------------------------------------------------------------------------
 
@@ -239,6 +256,9 @@ class Watch:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()
         if not self._native.closed:
             text = self._native.close()
             if text:
@@ -281,6 +301,18 @@ class _Batch:
         return False
 
 
+def _call_back(me, report_json, text):
+    w = me()
+    if w is not None and w._callback is not None:
+        w._callback(Report.from_json(report_json, text))
+
+
+def _close_if_alive(me):
+    w = me()
+    if w is not None:
+        w.close()
+
+
 def _pre_hook(me, index):
     if index == 0:
         def pre(module, args):
@@ -311,7 +343,13 @@ def _post_hook(me, index):
 
 class DebugUnderflowOverflow(Watch):
     """Hugging Face's DebugUnderflowOverflow, drop-in: the same arguments, the same report
-    layout, a ValueError at the first inf/nan; and every other option by keyword."""
+    layout, a ValueError at the first inf/nan; and every other option by keyword.
+
+    As HF's, it lives as long as the model, whether or not the caller keeps it (the model's hooks
+    hold it; it holds nothing that holds the model), and a new one on the same model (Trainer makes
+    one at every train()) closes and replaces the older."""
+
+    _lives_with_model = True
 
     def __init__(self, model, max_frames_to_save=21, trace_batch_nums=[], abort_after_batch_num=None, **options):  # noqa: B006 - HF's signature
         super().__init__(model, max_frames_to_save=max_frames_to_save, trace_batch_nums=trace_batch_nums,

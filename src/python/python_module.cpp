@@ -35,7 +35,7 @@ PYBIND11_MODULE(_native, m) {
   py::class_<PythonWatch>(m, "Watch")
       .def(py::init<py::handle, const py::dict&, py::object, py::object>(), py::arg("model"), py::arg("options"),
            py::arg("config") = py::none(), py::arg("callback") = py::none())
-      .def("modules", &PythonWatch::modules)
+      .def("take_modules", &PythonWatch::take_modules)
       .def("enter", &PythonWatch::enter)
       .def("leave", &PythonWatch::leave)
       .def("begin_batch", &PythonWatch::begin_batch)

@@ -17,6 +17,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <sentinel/watchdog.h>
@@ -34,8 +35,10 @@ class __attribute__((visibility("hidden"))) PythonWatch {
               pybind11::object callback);
   ~PythonWatch();
 
-  // The Python modules, in the order the hooks number them (the mirror of each).
-  pybind11::list modules() const { return python_modules_; }
+  // The Python modules, in the order the hooks number them (the mirror of each), handed over once
+  // and not kept: a reference held here, out of sight of Python's cycle collector, would keep the
+  // model alive for as long as a watchdog that the model's own hooks keep alive.
+  pybind11::list take_modules() { return std::exchange(python_modules_, pybind11::list()); }
   // Module i's forward starts / ends on this thread. leave returns whether text is waiting: every
   // trip prints its report, so the Python side then prints take_text() and calls check().
   void enter(size_t module);

@@ -27,16 +27,6 @@ def test_a_model_that_is_not_a_module_is_a_type_error():
         DebugUnderflowOverflow(lambda x: x)
 
 
-def test_a_model_watched_twice_is_a_value_error_until_the_first_watchdog_is_closed():
-    model = tiny_t5()
-    first = DebugUnderflowOverflow(model)
-    with pytest.raises(ValueError, match="already watched"):
-        DebugUnderflowOverflow(model)
-    first.close()
-    second = DebugUnderflowOverflow(model)
-    second.close()
-
-
 @pytest.mark.parametrize("kwargs, error, words", [
     ({"max_frames": 3}, TypeError, "unexpected keyword argument 'max_frames'"),
     ({"max_frames_to_save": "21"}, TypeError, "max_frames_to_save must be an int, not str"),
@@ -91,9 +81,9 @@ def test_closing_or_collecting_a_watchdog_leaves_the_model_and_torch_as_they_wer
     assert _native.record_function_callbacks_installed() == before
     assert torch.equal(model(x), plain)
 
-    debug = DebugUnderflowOverflow(model)
+    watch = Watch(model)  # a Watch collected is closed (DebugUnderflowOverflow lives with the model)
     model(x)
-    del debug
+    del watch
     gc.collect()
     assert hooks_of(model) == 0
     assert _native.record_function_callbacks_installed() == before
@@ -103,9 +93,10 @@ def test_closing_or_collecting_a_watchdog_leaves_the_model_and_torch_as_they_wer
 def test_torchscript_fusion_is_off_while_watched_and_as_it_was_after_the_last_watchdog():
     # A scripted sub-module would otherwise run its elementwise chains as one kernel, unseen.
     before = torch._C._jit_texpr_fuser_enabled()
-    first = DebugUnderflowOverflow(tiny_t5())
+    models = [tiny_t5(), tiny_t5()]  # each watchdog closes when its model goes
+    first = DebugUnderflowOverflow(models[0])
     assert not torch._C._jit_texpr_fuser_enabled()
-    kept = DebugUnderflowOverflow(tiny_t5(), keep_torchscript_fusion=True)
+    kept = DebugUnderflowOverflow(models[1], keep_torchscript_fusion=True)
     first.close()
     assert torch._C._jit_texpr_fuser_enabled() == before
     kept.close()

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sentinel/scope_stack.h>
 #include <sentinel/sentinel.h>
 
 #include <filesystem>
@@ -91,6 +92,33 @@ TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {
     EXPECT_EQ(f.attribution, sentinel::Attribution::UserScope);
     EXPECT_TRUE(e.report().produced_here);
   }
+}
+
+// As a front end whose module calls begin and end in two callbacks uses the stack (the Python
+// module's hooks): ops between enter and leave are the module's; leaving a module also leaves
+// those entered after it and never left (an exception went through them).
+TEST(CppFrontend, ScopesEnteredAndLeftInTwoCallsNameTheOpsBetween) {
+  torch::manual_seed(0);
+  TwoBlocks model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).max_frames_to_save(8));
+  auto* first = model->encoder[0].get();
+  auto* second = model->encoder[1].get();
+  auto module_of_a_mul = [&] {
+    auto guard = watch.batch();
+    const auto y = small_input() * 2;  // the last op of the batch
+    (void)y;
+    guard.finish();
+    return watch.saved_frames().back().module_path;
+  };
+  sentinel::enter_scope(*first);
+  EXPECT_EQ(module_of_a_mul(), "encoder.0");
+  sentinel::enter_scope(*second);
+  EXPECT_EQ(module_of_a_mul(), "encoder.1");
+  EXPECT_TRUE(sentinel::leave_scope(*first));  // and the second, entered after it
+  EXPECT_EQ(module_of_a_mul(), "");
+  EXPECT_FALSE(sentinel::leave_scope(*second));
+  EXPECT_EQ(module_of_a_mul(), "");
 }
 
 TEST(CppFrontend, BadParameterIsReportedAsPassedThroughFromThatParameter) {

@@ -1,4 +1,5 @@
 #include <sentinel/scope.h>
+#include <sentinel/scope_stack.h>
 
 #include "capture/thread_state.h"
 
@@ -10,10 +11,24 @@ ScopeGuard::ScopeGuard(std::string name) {
   ++ts.scopes_version;
 }
 
-ScopeGuard::ScopeGuard(const torch::nn::Module& module) {
+ScopeGuard::ScopeGuard(const torch::nn::Module& module) { enter_scope(module); }
+
+void enter_scope(const torch::nn::Module& module) {
   auto& ts = capture::thread_state();
   ts.scopes.push_back(capture::ScopeEntry{{}, &module});
   ++ts.scopes_version;
+}
+
+bool leave_scope(const torch::nn::Module& module) {
+  auto& ts = capture::thread_state();
+  for (size_t k = ts.scopes.size(); k-- > 0;) {
+    if (ts.scopes[k].module == &module) {
+      ts.scopes.resize(k);
+      ++ts.scopes_version;
+      return true;
+    }
+  }
+  return false;
 }
 
 ScopeGuard::~ScopeGuard() {

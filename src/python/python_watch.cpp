@@ -11,8 +11,8 @@
 
 #include <sentinel/errors.h>
 #include <sentinel/report.h>
+#include <sentinel/scope_stack.h>
 
-#include "capture/thread_state.h"
 #include "python/python_options.h"
 
 namespace py = pybind11;
@@ -126,22 +126,12 @@ py::object PythonWatch::outcome_of(Body&& body) {
 
 void PythonWatch::enter(size_t module) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
-  auto& ts = capture::thread_state();
-  ts.scopes.push_back(capture::ScopeEntry{{}, mirrors_[module].get()});
-  ++ts.scopes_version;
+  enter_scope(*mirrors_[module]);
 }
 
 bool PythonWatch::leave(size_t module) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
-  auto& ts = capture::thread_state();
-  // Down to this module's entry: entries above it are of modules left by an exception.
-  for (size_t k = ts.scopes.size(); k-- > 0;) {
-    if (ts.scopes[k].module == mirrors_[module].get()) {
-      ts.scopes.resize(k);
-      ++ts.scopes_version;
-      break;
-    }
-  }
+  leave_scope(*mirrors_[module]);
   return text_.waiting();
 }
 
@@ -153,8 +143,6 @@ py::object PythonWatch::begin_batch() {
     py::object stale = end_batch();
     if (!stale.is_none()) return stale;
   }
-  auto& ts = capture::thread_state();
-  scope_depth_at_batch_ = ts.scopes.size();
   return outcome_of([&] { batch_.emplace(w.batch()); });
 }
 
@@ -163,10 +151,9 @@ py::object PythonWatch::end_batch() {
   if (!batch_) return py::none();
   BatchGuard guard(std::move(*batch_));
   batch_.reset();
-  auto& ts = capture::thread_state();
-  if (ts.scopes.size() > scope_depth_at_batch_) {
-    ts.scopes.resize(scope_depth_at_batch_);
-    ++ts.scopes_version;
+  // Modules an exception left before their end are left now (the model's own entries, each time
+  // it was entered).
+  while (leave_scope(*mirrors_.front())) {
   }
   return outcome_of([&] { guard.finish(); });
 }

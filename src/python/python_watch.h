@@ -71,7 +71,6 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   pybind11::list python_modules_;
   std::unique_ptr<Watchdog> watchdog_;
   std::optional<BatchGuard> batch_;
-  size_t scope_depth_at_batch_ = 0;  // the thread's scope stack when the batch began
 };
 
 }  // namespace python

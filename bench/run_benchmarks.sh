@@ -9,9 +9,14 @@ out=$(mktemp)
 # One BLAS thread by default: ATen runs one intra-op thread here, and OpenBLAS's second thread
 # spin-waits on the only other core, which makes every timing depend on what else the machine runs.
 # Repetitions are interleaved at random so that slow drifts hit all cases alike.
+# PyPI's LibTorch runs its GEMMs in MKL, Debian's in OpenBLAS: both are set alike.
 blas=${BLAS_THREADS:-1}
-if [ "$blas" = default ]; then unset OPENBLAS_NUM_THREADS; else export OPENBLAS_NUM_THREADS=$blas; fi
-echo "OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(OpenBLAS default)}"
+if [ "$blas" = default ]; then
+  unset OPENBLAS_NUM_THREADS MKL_NUM_THREADS
+else
+  export OPENBLAS_NUM_THREADS=$blas MKL_NUM_THREADS=$blas
+fi
+echo "OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(OpenBLAS default)} MKL_NUM_THREADS=${MKL_NUM_THREADS:-(MKL default)}"
 # MALLOC=keep: glibc keeps the memory it has (no trimming of its heap, a fixed mmap threshold), so
 # that no case pays page faults for memory it had freed (the page_faults column) and a ratio is the
 # watching's own cost. The default is glibc's own behaviour, as users run it.

@@ -1,5 +1,5 @@
 #pragma once
-// The floor of watching by reading: a bare LibTorch op callback that reads the inputs and outputs
+// The floor of watching by reading: bare LibTorch op callbacks that read the inputs and outputs
 // of each outermost op (the statistics pass alone, its numbers dropped), each tensor's memory once
 // per version as the watchdog's cache does, with none of the watchdog's other work (frames,
 // attribution, detection, reads on the second core). Paired against an unwatched run it measures
@@ -58,9 +58,20 @@ class BareReads {
     static State s;  // the benchmarks run the model on one thread
     return s;
   }
-  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction&) {
-    ++state().depth;
+  // The inputs are read at the op's start: LibTorch 2.x keeps them for the start callback only
+  // (by the end the argument stack they point into has been consumed), as the watchdog does.
+  static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+    State& s = state();
+    if (s.depth++ != 0 || !s.on) return nullptr;  // nested ops run inside the outermost one
+    timed_read(fn.inputs());
     return nullptr;
+  }
+  template <typename Values>
+  static void timed_read(const Values& values) {
+    at::RecordFunctionGuard off(false);
+    const auto start = std::chrono::steady_clock::now();
+    read(values);
+    state().seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   template <typename Values>
   static void read(const Values& values) {
@@ -83,12 +94,8 @@ class BareReads {
   }
   static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
     State& s = state();
-    if (--s.depth != 0 || !s.on) return;  // nested ops run inside the outermost one
-    at::RecordFunctionGuard off(false);
-    const auto start = std::chrono::steady_clock::now();
-    read(fn.inputs());
-    read(fn.outputs());
-    s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (--s.depth != 0 || !s.on) return;
+    timed_read(fn.outputs());
   }
   at::CallbackHandle handle_;
 };

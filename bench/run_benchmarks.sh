@@ -6,17 +6,19 @@
 set -euo pipefail
 build=${1:-build}
 out=$(mktemp)
-# One BLAS thread by default: ATen runs one intra-op thread here, and OpenBLAS's second thread
+# One BLAS thread by default: ATen runs one intra-op thread, and OpenBLAS's second thread
 # spin-waits on the only other core, which makes every timing depend on what else the machine runs.
 # Repetitions are interleaved at random so that slow drifts hit all cases alike.
-# PyPI's LibTorch runs its GEMMs in MKL, Debian's in OpenBLAS: both are set alike.
+# PyPI's LibTorch runs its GEMMs in MKL, Debian's in OpenBLAS: both are set alike, and ATen's own
+# intra-op threads with them (OMP_NUM_THREADS: Debian's 1.13 takes one on these machines by
+# itself, PyPI's 2.x one per vCPU).
 blas=${BLAS_THREADS:-1}
 if [ "$blas" = default ]; then
-  unset OPENBLAS_NUM_THREADS MKL_NUM_THREADS
+  unset OPENBLAS_NUM_THREADS MKL_NUM_THREADS OMP_NUM_THREADS
 else
-  export OPENBLAS_NUM_THREADS=$blas MKL_NUM_THREADS=$blas
+  export OPENBLAS_NUM_THREADS=$blas MKL_NUM_THREADS=$blas OMP_NUM_THREADS=$blas
 fi
-echo "OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(OpenBLAS default)} MKL_NUM_THREADS=${MKL_NUM_THREADS:-(MKL default)}"
+echo "threads: OpenBLAS ${OPENBLAS_NUM_THREADS:-default}, MKL ${MKL_NUM_THREADS:-default}, ATen (OpenMP) ${OMP_NUM_THREADS:-default}"
 # MALLOC=keep: glibc keeps the memory it has (no trimming of its heap, a fixed mmap threshold), so
 # that no case pays page faults for memory it had freed (the page_faults column) and a ratio is the
 # watching's own cost. The default is glibc's own behaviour, as users run it.

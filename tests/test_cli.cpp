@@ -47,6 +47,23 @@ TEST(Cli, OverflowExitsThreeWithTheReport) {
   EXPECT_NE(r.output.find("                  fc1 Linear aten::linear"), std::string::npos);
 }
 
+// --set reaches every option of the table, a section's fields by dotted name, as the flags do.
+TEST(Cli, SetReachesEveryOptionAsTheFlagsDo) {
+  auto r = sentinel_cli(run_args("mlp_scripted.pt", "mlp_inputs_overflow.pt") +
+                        " --set max_frames_to_save=3 --set fp8.recipes=delayed,mxfp8 --set fp8.mx_scale_rule=OCP_FLOOR");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("Last 3 forward frames:"), std::string::npos) << r.output;
+  // `sentinel options` prints the page of every option, which the docs hold as it is.
+  auto page = sentinel_cli("options");
+  EXPECT_EQ(page.code, 0) << page.output;
+  std::ifstream in(sentinel_test::source_dir() + "/docs/options.md");
+  const std::string docs{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  EXPECT_EQ(page.output, docs) << "docs/options.md is not what the option table says: run `sentinel options > docs/options.md`";
+  for (const char* name : {"max_frames_to_save", "mx_scale_rule", "fp8_format", "save_tensor", "blockwise_dims"}) {
+    EXPECT_NE(page.output.find(std::string("`") + name + "`"), std::string::npos) << name;
+  }
+}
+
 TEST(Cli, TupleBatchesArePositionalArguments) {
   auto r = sentinel_cli(run_args("two_input_scripted.pt", "two_input_batches.pt"));
   EXPECT_EQ(r.code, 0) << r.output;
@@ -116,9 +133,16 @@ TEST(Cli, BadInputGetsAClearMessageAndItsOwnExitCode) {
       {run_args("mlp_scripted.pt", "empty_list.pt"), 4, "holds no batches"},
       {run_args("mlp_scripted.pt", "two_input_batches.pt"), 4, "the model failed on batch 0"},
       {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --max-frames 0", 2, "--max-frames"},
-      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches 1,x", 2, "'x' is not a batch number"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches 1,x", 2, "expected an integer, got 'x'"},
       {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --trace-batches a,b", 2, "--trace-batches"},
-      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --abort-after -3", 2, "'-3' is not a batch number"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --abort-after -3", 2,
+       "--abort-after: abort_after_batch_num must be at least 0, got -3"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --set max_frames_to_save=0", 2,
+       "--set max_frames_to_save: max_frames_to_save must be at least 1"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --set nope=1", 2, "no option 'nope'"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --set fp8.recipes=delayed,fp9", 2, "'fp9' is not one of"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --set fp8", 2, "expected NAME=VALUE"},
+      {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --set fp8=2", 2, "is a section"},
       {run_args("mlp_scripted.pt", "mlp_inputs_clean.pt") + " --report-dir /proc/sentinel", 2, "/proc/sentinel"},
       {"run --inputs " + data_path("mlp_inputs_clean.pt"), 2, "--model is required"},
       {"frobnicate", 2, "frobnicate"},

@@ -51,26 +51,8 @@ double stat_value(Stat stat, const stats::MomentsAccumulator& m) {
 }
 
 StatsCollector::StatsCollector(const std::vector<StatsCollection>& collections) {
-  if (collections.size() > 64) {
-    throw OptionError(fmt::format("sentinel: at most 64 stats collections, got {}", collections.size()));
-  }
+  // The ranges were checked by Options::validate().
   for (const auto& c : collections) {
-    if (c.stats().empty()) throw OptionError(where(c) + " lists no statistics");
-    if (c.tensors().empty()) throw OptionError(where(c) + " lists no tensors");
-    if (c.freq() < 1) throw OptionError(fmt::format("{}: freq must be at least 1, got {}", where(c), c.freq()));
-    if (c.start_step() < 0) {
-      throw OptionError(fmt::format("{}: start_step must be >= 0, got {}", where(c), c.start_step()));
-    }
-    if (c.end_step() != -1 && c.end_step() < c.start_step()) {
-      throw OptionError(fmt::format("{}: end_step {} is before start_step {}", where(c), c.end_step(), c.start_step()));
-    }
-    if (c.blockwise_block_size() < 1 || c.blockwise_block_size() > (int64_t{1} << 20)) {
-      throw OptionError(fmt::format("{}: blockwise_block_size must be between 1 and 1048576, got {}", where(c),
-                                    c.blockwise_block_size()));
-    }
-    if (c.blockwise_dims() != 1 && c.blockwise_dims() != 2) {
-      throw OptionError(fmt::format("{}: blockwise_dims must be 1 or 2, got {}", where(c), c.blockwise_dims()));
-    }
     Collection entry{c, {}, 0};
     entry.blockwise = std::find(c.stats().begin(), c.stats().end(), Stat::MaxBlockwiseDynamicRange) != c.stats().end();
     try {

@@ -1,9 +1,9 @@
 #pragma once
-// The Python keyword arguments of overflow_sentinel's watchdogs, as sentinel::Options. Every
-// option has the C++ setter's name; the nested ones (fp8, dumps, ranks, stats_collections) take
-// dicts with their setters' names as keys, and enums take their names as strings ("warn",
-// "E4M3", "mxfp8"). An unknown name raises TypeError, a value of the wrong type TypeError naming
-// the argument, a value out of range ValueError (sentinel::OptionError).
+// The Python keyword arguments of overflow_sentinel's watchdogs, as sentinel::Options, read
+// through the option tables (options/option_table.h, docs/options.md): the nested ones (fp8,
+// dumps, ranks, stats_collections) take dicts, enums their names as strings ("warn", "e4m3",
+// "mxfp8"). An unknown name raises TypeError, a value of the wrong type TypeError naming the
+// argument, a value out of range ValueError (sentinel::OptionError).
 #include <pybind11/pybind11.h>
 
 #include <sentinel/options.h>
@@ -16,8 +16,6 @@ void apply_options(Options& options, const pybind11::dict& kwargs);
 
 // The names apply_options takes, for messages and the docs' test.
 std::vector<std::string> option_names();
-
-Action parse_action(const std::string& name, const char* argument);
 
 }  // namespace python
 }  // namespace sentinel

@@ -400,3 +400,55 @@ TEST_F(ConfigTest, FromConfigReportsAMissingFile) {
 }
 
 }  // namespace
+
+namespace {
+
+// The option tables' names and the older spellings a config may still use read the same.
+TEST_F(ConfigTest, OneSpellingEverywhereAndTheOlderOnesStillRead) {
+  const Options unified = Options::from_yaml(write(R"(sentinel:
+  action: raise
+  log_dir: ~
+  fp8:
+    format: E4M3
+    margin: 1
+    recipes: [delayed, float8block]
+  dumps:
+    enabled: true
+    max_bytes: 100
+)", "unified.yaml"));
+  const Options older = Options::from_yaml(write(R"(sentinel:
+  action: throw
+  fp8:
+    enabled: true
+    recipe: {format: e4m3, margin: 1}
+    recipes: [Delayed, Float8BlockScaling]
+  save_tensor:
+    enabled: true
+    max_bytes: 100
+)", "older.yaml"));
+  for (const Options* o : {&unified, &older}) {
+    EXPECT_EQ(o->action(), Action::Throw);
+    EXPECT_EQ(o->log_dir(), "");
+    EXPECT_TRUE(o->fp8().enabled());  // a mapping of FP8 settings turns the probe on
+    EXPECT_EQ(o->fp8().recipe().format(), sentinel::fp8::FormatPolicy::E4M3);
+    EXPECT_EQ(o->fp8().recipe().margin(), 1);
+    ASSERT_EQ(o->fp8().recipes().size(), 2u);
+    EXPECT_EQ(o->fp8().recipes()[1], sentinel::fp8::ScalingRecipe::Float8Block);
+    EXPECT_TRUE(o->dumps().enabled());
+    EXPECT_EQ(o->dumps().max_bytes(), 100);
+  }
+  // fp8: false keeps the probe off; enabled: false inside a mapping too.
+  EXPECT_FALSE(Options::from_yaml(write("sentinel:\n  fp8: false\n", "off.yaml")).fp8().enabled());
+  EXPECT_FALSE(Options::from_yaml(write("sentinel:\n  fp8: {enabled: false, margin: 2}\n", "off2.yaml")).fp8().enabled());
+}
+
+// A range error of Options::validate() points at the line of the option, even inside a list.
+TEST_F(ConfigTest, ValidationErrorsPointAtTheLineThatSetTheOption) {
+  expect_error("sentinel:\n  fp8:\n    recipes:\n      - mxfp8\n      - MXFP8\n", 5, {"fp8.recipes[1]", "names 'mxfp8' twice"});
+  expect_error("sentinel:\n  ranks:\n    timeout_seconds: 10\n    max_wait_seconds: 5\n", 4,
+               {"ranks.max_wait_seconds", "[timeout_seconds, 86400]"});
+  expect_error("sentinel:\n  stats_collections:\n    - stats: [min]\n      blockwise_dims: 3\n", 4,
+               {"stats_collections[0].blockwise_dims", "must be 1 or 2"});
+}
+
+}  // namespace

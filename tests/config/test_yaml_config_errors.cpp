@@ -22,8 +22,8 @@ std::string section_with(const std::string& feature_lines) {
 TEST_F(ConfigTest, UnknownKeysListTheAllowedOnes) {
   expect_error("sentinel:\n  max_frames_to_save: 3\n  max_frame: 3\n", 3,
                {"unknown key 'max_frame'", "sentinel", "max_frames_to_save", "trace_batch_nums", "save_tensor"});
-  expect_error("sentinel:\n  fp8:\n    enabled: true\n    format: E4M3\n", 4,
-               {"unknown key 'format'", "sentinel.fp8", "fp8_format", "amax_compute_algo"});
+  expect_error("sentinel:\n  fp8:\n    enabled: true\n    formt: E4M3\n", 4,
+               {"unknown key 'formt'", "sentinel.fp8", "format", "fp8_format", "amax_compute_algo"});
   expect_error("sentinel:\n  ranks: {exchange: true, timeout: 3}\n", 2,
                {"unknown key 'timeout'", "timeout_seconds", "max_wait_seconds"});
   expect_error("sentinel:\n  save_tensor:\n    path: x\n", 3, {"unknown key 'path'", "dir", "on_detection"});
@@ -45,7 +45,7 @@ TEST_F(ConfigTest, WrongTypesSayWhatWasExpected) {
   expect_error("sentinel:\n  trace_batch_nums: {a: 1}\n", 2, {"trace_batch_nums", "expected a list, got a mapping"});
   expect_error("sentinel:\n  trace_batch_nums:\n    - 1\n    - x\n", 4, {"trace_batch_nums[1]", "expected an integer"});
   expect_error("sentinel:\n  report_dir: [a]\n", 2, {"report_dir", "expected a string, got a list"});
-  expect_error("sentinel:\n  log_dir:\n", 2, {"log_dir", "expected a string, got nothing"});
+  expect_error("sentinel:\n  skip_view_ops:\n", 2, {"skip_view_ops", "expected true or false, got nothing"});
   expect_error("sentinel:\n  fp8: 3\n", 2, {"sentinel.fp8", "expected a mapping", "'3'"});
   expect_error("sentinel:\n  ranks:\n    timeout_seconds: fast\n", 3, {"expected a number, got 'fast'"});
   expect_error("sentinel:\n  fp8:\n    overflow_alarm: -0.5\n", 3, {"overflow_alarm", ">= 0"});
@@ -65,10 +65,10 @@ TEST_F(ConfigTest, RangesCheckedWhereWritten) {
 }
 
 TEST_F(ConfigTest, UnknownEnumValuesListTheAllowedOnes) {
-  expect_error("sentinel:\n  action: explode\n", 2, {"action", "unknown value 'explode'", "throw, abort, warn"});
+  expect_error("sentinel:\n  action: explode\n", 2, {"action", "unknown value 'explode'", "throw, raise, abort, warn, callback"});
   expect_error("sentinel:\n  action: callback\n", 2, {"callback", "Options::callback"});
   expect_error("sentinel:\n  fp8:\n    alarm_action: Callback\n", 3, {"Options::callback"});
-  expect_error("sentinel:\n  fp8:\n    fp8_format: E3M4\n", 3, {"unknown value 'E3M4'", "HYBRID, E4M3, E5M2"});
+  expect_error("sentinel:\n  fp8:\n    fp8_format: E3M4\n", 3, {"unknown value 'E3M4'", "hybrid, e4m3, e5m2"});
   expect_error("sentinel:\n  fp8:\n    amax_compute_algo: mean\n", 3, {"unknown value 'mean'", "max, most_recent"});
   expect_error("sentinel:\n  loggers:\n    - file\n    - csv\n", 4,
                {"unknown value 'csv'", "file, jsonl, tensorboard"});
@@ -185,14 +185,15 @@ TEST_F(ConfigTest, FileLevelErrors) {
   expect_error("a:\n  layers: {layer_types: [x]}\nsentinel: {}\na: {}\n", 4, {"'a' is given twice"});
 }
 
-// What Options::validate() refuses reaches the caller, prefixed with the path.
+// What Options::validate() refuses reaches the caller, prefixed with the path and the line of
+// the option it names.
 TEST_F(ConfigTest, ValidateErrorsPassThrough) {
   std::string path;
   std::string message = error_of("sentinel:\n  max_frames_to_save: 2000000\n", &path);
-  EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
+  EXPECT_EQ(message.rfind(path + ":2: ", 0), 0u) << message;
   EXPECT_NE(message.find("max_frames_to_save must be at most"), std::string::npos) << message;
   message = error_of("sentinel:\n  ranks: {timeout_seconds: 10, max_wait_seconds: 5}\n", &path);
-  EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
+  EXPECT_EQ(message.rfind(path + ":2: ", 0), 0u) << message;
   EXPECT_NE(message.find("max_wait_seconds"), std::string::npos) << message;
 }
 

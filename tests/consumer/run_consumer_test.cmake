@@ -9,7 +9,11 @@ function(run_step)
   endif()
 endfunction()
 run_step(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+# Torch's own prefix (Torch_DIR is <prefix>/share/cmake/Torch) is searched before the system's
+# paths: TorchConfig looks for its libraries by name, and a LibTorch installed in /usr/lib (another
+# version) would otherwise be linked beside these headers.
+get_filename_component(torch_prefix "${Torch_DIR}/../../.." ABSOLUTE)
 run_step(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/consumer" -B "${WORK_DIR}/build"
-         -DCMAKE_PREFIX_PATH=${prefix} -DTorch_DIR=${Torch_DIR} -DCMAKE_BUILD_TYPE=Release)
+         "-DCMAKE_PREFIX_PATH=${prefix}\;${torch_prefix}" -DTorch_DIR=${Torch_DIR} -DCMAKE_BUILD_TYPE=Release)
 run_step(${CMAKE_COMMAND} --build "${WORK_DIR}/build" -j 2)
 run_step("${WORK_DIR}/build/consumer")

@@ -36,44 +36,12 @@ def _load_native():
 
 
 _native = _load_native()
+from ._errors import AbortAfterBatch, Fp8AlarmError, NonFiniteError, RanksMissingError, SentinelError
 from ._report import Entry, Frame, Record, Report
 
 __version__ = _native.__version__
 __all__ = ["DebugUnderflowOverflow", "Watch", "watch", "Report", "Frame", "Entry", "SentinelError",
            "NonFiniteError", "Fp8AlarmError", "RanksMissingError", "AbortAfterBatch", "option_names"]
-
-
-class SentinelError(ValueError):
-    """What a watchdog raises; a ValueError, as Hugging Face's class raises. `report` is the
-    Report (None for AbortAfterBatch), `text` the report as printed."""
-
-    def __init__(self, message, report=None):
-        super().__init__(message)
-        self.report = report
-        self.text = report.text if report is not None else None
-
-
-class NonFiniteError(SentinelError):
-    """An inf or nan was detected (or, with many ranks, another rank saw one)."""
-
-
-class Fp8AlarmError(SentinelError):
-    """An FP8 alarm with fp8={'alarm_action': 'raise'}."""
-
-
-class RanksMissingError(SentinelError):
-    """Ranks did not answer the exchange."""
-
-
-class AbortAfterBatch(SentinelError):
-    """abort_after_batch_num was reached."""
-
-
-_ERRORS = {"nonfinite": NonFiniteError, "peer_nonfinite": NonFiniteError, "fp8_alarm": Fp8AlarmError,
-           "ranks_missing": RanksMissingError, "abort_after": AbortAfterBatch}
-
-# Models being watched, to refuse a second watchdog on one (a weak map: watching keeps no model alive).
-_watched = weakref.WeakKeyDictionary()
 
 
 def option_names():
@@ -119,11 +87,14 @@ class Watch:
     # Whether the model's hooks keep the watchdog alive (DebugUnderflowOverflow: as HF's object,
     # which lives through the hooks it registered), and whether a newer one replaces it.
     _lives_with_model = False
+    # The watchdog of each model being watched, to refuse a second one (a weak map: watching keeps
+    # no model alive).
+    _of_model = weakref.WeakKeyDictionary()
 
     def __init__(self, model, *, config=None, callback=None, **options):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"overflow_sentinel: model must be a torch.nn.Module, not {type(model).__name__}")
-        older = _watched.get(model)
+        older = Watch._of_model.get(model)
         older = older() if older is not None else None
         if older is not None and older._native.closed:
             older = None
@@ -153,7 +124,7 @@ class Watch:
                 self._handles.append(module.register_forward_hook(_post_hook(hold, index)))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
-        _watched[model] = me
+        Watch._of_model[model] = me
         # Once the model is gone there is nothing left to watch: the watchdog closes then.
         self._finalizer = weakref.finalize(model, _close_if_alive, me)
 
@@ -165,15 +136,12 @@ class Watch:
             sys.stdout.write(text)
             sys.stdout.flush()
 
-    def _raise_if(self, outcome):
-        if outcome is None:
-            return
-        kind, message, report_json, text = outcome
-        report = Report.from_json(report_json, text) if report_json is not None else None
-        if report is not None and kind in ("nonfinite", "peer_nonfinite") and report.trigger is not None:
-            message = (f"DebugUnderflowOverflow: inf/nan detected during batch_number={report.batch_number} at "
-                       f"{report.trigger}; the report is printed above and in the exception's .report")
-        raise _ERRORS.get(kind, SentinelError)(message, report)
+    def _call(self, native_method):
+        """Calls the native side, printing what it printed even when it raises what it found."""
+        try:
+            return native_method()
+        finally:
+            self._flush()
 
     def _begin_call(self):
         if self._compiled:
@@ -182,15 +150,11 @@ class Watch:
                                  f"To watch it: {how}.\n")
             self._compiled = []
         if not self._explicit:
-            outcome = self._native.begin_batch()
-            self._flush()
-            self._raise_if(outcome)
+            self._call(self._native.begin_batch)
 
     def _end_call(self, output):
         if not self._explicit:
-            outcome = self._native.end_batch()
-            self._flush()
-            self._raise_if(outcome)
+            self._call(self._native.end_batch)
         self._watch_backward(output)
 
     def _watch_backward(self, output):
@@ -209,9 +173,7 @@ class Watch:
     def _after_backward(self):
         if self._native.closed:
             return
-        outcome = self._native.after_backward()
-        self._flush()
-        self._raise_if(outcome)
+        self._call(self._native.after_backward)
 
     # ---- the user's calls ---------------------------------------------------------------------
 
@@ -222,9 +184,7 @@ class Watch:
 
     def check(self):
         """Raises what was detected since the last check, if anything."""
-        outcome = self._native.check()
-        self._flush()
-        self._raise_if(outcome)
+        self._call(self._native.check)
 
     @property
     def batch_number(self):
@@ -285,19 +245,18 @@ class _Batch:
 
     def __enter__(self):
         w = self._watch
-        outcome = w._native.begin_batch()
-        w._flush()
-        w._raise_if(outcome)
+        w._call(w._native.begin_batch)
         w._explicit += 1
         return w
 
     def __exit__(self, exc_type, exc, tb):
         w = self._watch
         w._explicit -= 1
-        outcome = w._native.end_batch()
-        w._flush()
-        if exc_type is None:
-            w._raise_if(outcome)
+        try:
+            w._call(w._native.end_batch)
+        except SentinelError:
+            if exc_type is None:
+                raise  # what the step found; an exception already leaving the block goes on instead
         return False
 
 
@@ -334,8 +293,7 @@ def _post_hook(me, index):
         if w is None or w._native.closed:
             return
         if w._native.leave(index):
-            w._flush()
-            w._raise_if(w._native.check())
+            w._call(w._native.check)
         if index == 0:
             w._end_call(output)
     return post

@@ -15,16 +15,43 @@
 namespace py = pybind11;
 using sentinel::python::PythonWatch;
 
+namespace {
+
+// Raises overflow_sentinel._errors.<name>, made from the message (a report's text, for the errors
+// that carry one) and the report as JSON.
+void raise_sentinel_error(const char* name, const std::string& message, const sentinel::Report* report) {
+  try {
+    const py::object cls = py::module_::import("overflow_sentinel._errors").attr(name);
+    const py::object json = report ? py::object(py::str(sentinel::render_json(*report))) : py::object(py::none());
+    const py::object error = cls.attr("_from_native")(message, json);
+    PyErr_SetObject(cls.ptr(), error.ptr());
+  } catch (py::error_already_set& e) {
+    e.restore();  // the module could not make it: that error is raised instead
+  }
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_native, m) {
   m.doc() = "Overflow Sentinel's native watchdog for Python models";
   m.attr("__version__") = SENTINEL_VERSION_STRING;
   m.attr("report_schema_version") = SENTINEL_REPORT_SCHEMA_VERSION;
   sentinel::python::install_python_stack_source();
 
-  // What the user got wrong is a ValueError naming it; a missing or unreadable file an OSError.
+  // Every error of the native side is mapped to Python here, once: a mistake in the options is a
+  // ValueError naming it, a missing or unreadable file an OSError, and what a watchdog detects
+  // the class of overflow_sentinel._errors that carries its report.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const sentinel::NonFiniteError& e) {
+      raise_sentinel_error("NonFiniteError", e.what(), &e.report());
+    } catch (const sentinel::Fp8AlarmError& e) {
+      raise_sentinel_error("Fp8AlarmError", e.what(), &e.report());
+    } catch (const sentinel::RanksMissingError& e) {
+      raise_sentinel_error("RanksMissingError", e.what(), &e.report());
+    } catch (const sentinel::AbortAfterBatch& e) {
+      raise_sentinel_error("AbortAfterBatch", e.what(), nullptr);
     } catch (const sentinel::OptionError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const sentinel::InputError& e) {

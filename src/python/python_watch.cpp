@@ -51,11 +51,6 @@ std::shared_ptr<torch::nn::Module> mirror_of(py::handle module, MirrorBuild& bui
   return node;
 }
 
-py::object make_outcome(const char* kind, const std::string& message, const Report* report, const std::string* text) {
-  return py::make_tuple(kind, message, report ? py::object(py::str(render_json(*report))) : py::object(py::none()),
-                        text ? py::object(py::str(*text)) : py::object(py::none()));
-}
-
 }  // namespace
 
 PythonWatch::PythonWatch(py::handle model, const py::dict& kwargs, py::object config, py::object callback) {
@@ -103,25 +98,11 @@ Watchdog& PythonWatch::live() const {
 }
 
 template <typename Body>
-py::object PythonWatch::outcome_of(Body&& body) {
-  // The GIL is given up while the watchdog's lock may be waited for (see the header).
-  try {
-    py::gil_scoped_release no_gil;
-    body();
-  } catch (const NonFiniteError& e) {
-    // what() of a report error is the report's text.
-    const std::string text = e.what();
-    return make_outcome(e.report().kind == "peer_nonfinite" ? "peer_nonfinite" : "nonfinite", text, &e.report(), &text);
-  } catch (const Fp8AlarmError& e) {
-    const std::string text = e.what();
-    return make_outcome("fp8_alarm", text, &e.report(), &text);
-  } catch (const RanksMissingError& e) {
-    const std::string text = e.what();
-    return make_outcome("ranks_missing", text, &e.report(), &text);
-  } catch (const AbortAfterBatch& e) {
-    return make_outcome("abort_after", e.what(), nullptr, nullptr);
-  }
-  return py::none();
+void PythonWatch::without_gil(Body&& body) {
+  // The GIL is given up while the watchdog's lock may be waited for (see the header); it is taken
+  // again before an exception leaves, for the translator that raises it in Python.
+  py::gil_scoped_release no_gil;
+  body();
 }
 
 void PythonWatch::enter(size_t module) {
@@ -135,37 +116,34 @@ bool PythonWatch::leave(size_t module) {
   return text_.waiting();
 }
 
-py::object PythonWatch::begin_batch() {
+void PythonWatch::begin_batch() {
   Watchdog& w = live();
   // A forward that raised never reached its end: its batch ends now, and what it caught (if the
   // exception was not already the sentinel's) is raised before the next batch starts.
-  if (batch_) {
-    py::object stale = end_batch();
-    if (!stale.is_none()) return stale;
-  }
-  return outcome_of([&] { batch_.emplace(w.batch()); });
+  if (batch_) end_batch();
+  without_gil([&] { batch_.emplace(w.batch()); });
 }
 
-py::object PythonWatch::end_batch() {
+void PythonWatch::end_batch() {
   live();
-  if (!batch_) return py::none();
+  if (!batch_) return;
   BatchGuard guard(std::move(*batch_));
   batch_.reset();
   // Modules an exception left before their end are left now (the model's own entries, each time
   // it was entered).
   while (leave_scope(*mirrors_.front())) {
   }
-  return outcome_of([&] { guard.finish(); });
+  without_gil([&] { guard.finish(); });
 }
 
-py::object PythonWatch::check() {
+void PythonWatch::check() {
   Watchdog& w = live();
-  return outcome_of([&] { w.check(); });
+  without_gil([&] { w.check(); });
 }
 
-py::object PythonWatch::after_backward() {
+void PythonWatch::after_backward() {
   Watchdog& w = live();
-  return outcome_of([&] { w.after_backward(); });
+  without_gil([&] { w.after_backward(); });
 }
 
 std::string PythonWatch::close() {

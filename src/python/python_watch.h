@@ -43,11 +43,12 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   // trip prints its report, so the Python side then prints take_text() and calls check().
   void enter(size_t module);
   bool leave(size_t module);
-  // The outcomes below are None, or (kind, message, report json or None, report text or None).
-  pybind11::object begin_batch();
-  pybind11::object end_batch();
-  pybind11::object check();
-  pybind11::object after_backward();
+  // What these detect is thrown as the library's errors, which the module's one exception
+  // translator (python_module.cpp) raises as overflow_sentinel's classes.
+  void begin_batch();
+  void end_batch();
+  void check();
+  void after_backward();
   std::string take_text() { return text_.take(); }
   // Ends an open batch, destroys the watchdog (its last FP8 step and device reads are
   // delivered) and returns what it printed meanwhile. Idempotent.
@@ -63,7 +64,7 @@ class __attribute__((visibility("hidden"))) PythonWatch {
  private:
   Watchdog& live() const;
   template <typename Body>
-  pybind11::object outcome_of(Body&& body);
+  void without_gil(Body&& body);
 
   TextBuffer text_;  // before out_ and watchdog_: it outlives both
   std::ostream out_{&text_};

@@ -19,7 +19,7 @@ def hooks_of(model):
 
 
 def watchdog_of(model):
-    ref = overflow_sentinel._watched.get(model)
+    ref = overflow_sentinel.Watch._of_model.get(model)
     return None if ref is None else ref()
 
 

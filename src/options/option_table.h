@@ -40,7 +40,8 @@ const Table<RankOptions>& rank_fields();
 const Table<DumpOptions>& dump_fields();
 const Table<StatsCollection>& collection_fields();
 
-// Sets on `target` each entry of the mapping `value`, whose path is `path` ("" at the top level).
+// Sets on `target` each entry of the mapping `value`, giving each the path of its option
+// (`value`'s path, "" at the top level, then the field's name) for validation's messages.
 template <class Target>
 void apply(Target& target, const Value& value, const Table<Target>& fields);
 

@@ -13,6 +13,7 @@
 
 #include "options/field_error.h"
 #include "options/option_table.h"
+#include "options/words.h"
 
 namespace sentinel::cli {
 
@@ -44,13 +45,12 @@ class CliValue : public options::Value {
       : rest_(std::move(rest)), text_(std::move(text)), flag_(std::move(flag)) {}
 
   bool is_null() const override { return rest_.empty() && (text_.empty() || text_ == "none"); }
-  bool is_boolean() const override { return rest_.empty() && word_is_boolean(); }
+  bool is_boolean() const override { return rest_.empty() && options::boolean_word(text_).has_value(); }
   bool boolean() const override {
     scalar();
-    const std::string low = lower(text_);
-    if (low == "true" || low == "yes" || low == "on") return true;
-    if (!(low == "false" || low == "no" || low == "off")) fail(fmt::format("expected true or false, got '{}'", text_));
-    return false;
+    const auto value = options::boolean_word(text_);
+    if (!value) fail(fmt::format("expected true or false, got '{}'", text_));
+    return *value;
   }
   int64_t integer() const override {
     scalar();
@@ -94,7 +94,7 @@ class CliValue : public options::Value {
   }
   size_t choice(const std::vector<std::string_view>& names) const override {
     scalar();
-    const std::string low = lower(text_);
+    const std::string low = options::lower_case(text_);
     for (size_t i = 0; i < names.size(); ++i) {
       if (low == names[i]) return i;
     }
@@ -105,14 +105,6 @@ class CliValue : public options::Value {
   }
 
  private:
-  static std::string lower(std::string text) {
-    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return text;
-  }
-  bool word_is_boolean() const {
-    const std::string low = lower(text_);
-    return low == "true" || low == "yes" || low == "on" || low == "false" || low == "no" || low == "off";
-  }
   // A section named where an option was wanted.
   void scalar() const {
     if (!rest_.empty()) fail(fmt::format("'{}' is not an option of this section", rest_));
@@ -184,9 +176,7 @@ Options OptionFlags::options() const {
   } catch (const options::FieldError& e) {
     const auto it = options::nearest_written(flag_of, e.path());
     if (it == flag_of.end()) throw;  // from the config, which names itself
-    std::string message = e.what();
-    if (message.rfind("sentinel: ", 0) == 0) message.erase(0, 10);
-    throw OptionError(fmt::format("sentinel: {}: {}", it->second, message));
+    throw OptionError(fmt::format("sentinel: {}: {}", it->second, e.detail()));
   }
   return o;
 }

@@ -1,5 +1,7 @@
 #include "config/config_sections.h"
 
+#include "options/words.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -63,7 +65,7 @@ LayerTypes read_types(const YamlReader& r, const std::vector<Field>& items) {
   for (const Field& item : items) {
     std::string name = r.string(item);
     if (name.empty()) r.fail(item, fmt::format("{}: an empty layer type would select every layer", item.name));
-    if (lower(name) == "all") types.all = true;
+    if (options::lower_case(name) == "all") types.all = true;
     else types.names.push_back(std::move(name));
   }
   return types;
@@ -156,7 +158,7 @@ std::vector<Stat> read_stats(const YamlReader& r, const Field& field, const Stat
   if (items.empty()) r.fail(field, fmt::format("{}: the list is empty (allowed: {})", field.name, join(allowed)));
   std::vector<Stat> stats;
   for (const Field& item : items) {
-    const std::string name = item.node.IsMap() ? read_blockwise_item(r, item, c) : lower(r.string(item));
+    const std::string name = item.node.IsMap() ? read_blockwise_item(r, item, c) : options::lower_case(r.string(item));
     Stat stat;
     if (!parse_stat(name, stat)) {
       r.fail(item, fmt::format("{}: unknown statistic '{}' (allowed: {})", field.name, item.node.Scalar(),

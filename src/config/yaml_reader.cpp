@@ -1,5 +1,7 @@
 #include "config/yaml_reader.h"
 
+#include "options/words.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sentinel/errors.h>
@@ -11,12 +13,6 @@
 namespace sentinel::config {
 
 std::string join(const std::vector<std::string_view>& names) { return fmt::format("{}", fmt::join(names, ", ")); }
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
 
 void YamlReader::fail(int line, std::string_view message) const {
   throw OptionError(fmt::format("{}:{}: {}", path_, line, message));
@@ -109,7 +105,7 @@ double YamlReader::number(const Field& field) const {
   }
   const std::string& raw = field.node.Scalar();
   // YAML's own spellings of the non-finite values.
-  const std::string low = lower(raw);
+  const std::string low = options::lower_case(raw);
   if (low == ".inf" || low == "+.inf") return std::numeric_limits<double>::infinity();
   if (low == "-.inf") return -std::numeric_limits<double>::infinity();
   if (low == ".nan") return std::numeric_limits<double>::quiet_NaN();
@@ -127,10 +123,7 @@ double YamlReader::number(const Field& field) const {
 
 bool YamlReader::boolean(const Field& field) const {
   if (field.node.IsScalar()) {
-    // YAML 1.1's spellings, which yaml-cpp and PyYAML (TransformerEngine's reader) both accept.
-    const std::string low = lower(field.node.Scalar());
-    if (low == "true" || low == "yes" || low == "on") return true;
-    if (low == "false" || low == "no" || low == "off") return false;
+    if (const auto value = options::boolean_word(field.node.Scalar())) return *value;
   }
   fail(field, fmt::format("{}: expected true or false, got {}", field.name, describe(field.node)));
 }
@@ -163,9 +156,9 @@ size_t YamlReader::choice(const Field& field, const std::vector<std::string_view
   if (!field.node.IsScalar()) {
     fail(field, fmt::format("{}: expected one of {}, got {}", field.name, join(allowed), describe(field.node)));
   }
-  const std::string low = lower(field.node.Scalar());
+  const std::string low = options::lower_case(field.node.Scalar());
   for (size_t i = 0; i < allowed.size(); ++i) {
-    if (low == lower(allowed[i])) return i;
+    if (low == options::lower_case(allowed[i])) return i;
   }
   fail(field, fmt::format("{}: unknown value {} (allowed: {})", field.name, describe(field.node), join(allowed)));
 }

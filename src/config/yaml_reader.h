@@ -58,6 +58,5 @@ class YamlReader {
 
 // "a, b, c".
 std::string join(const std::vector<std::string_view>& names);
-std::string lower(std::string_view text);
 
 }  // namespace sentinel::config

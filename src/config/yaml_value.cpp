@@ -6,19 +6,16 @@
 
 #include "config/config_sections.h"
 #include "options/field_error.h"
+#include "options/words.h"
 
 namespace sentinel::config {
 
 bool YamlValue::is_boolean() const {
-  if (!field_.node.IsScalar()) return false;
-  const std::string low = lower(field_.node.Scalar());
-  return low == "true" || low == "yes" || low == "on" || low == "false" || low == "no" || low == "off";
+  return field_.node.IsScalar() && options::boolean_word(field_.node.Scalar()).has_value();
 }
 
 std::vector<std::unique_ptr<options::Value>> YamlValue::items() const {
   std::vector<std::unique_ptr<options::Value>> out;
-  // An empty list is meaningful (no loggers, no traced batches).
-  if (field_.node.IsSequence() && field_.node.size() == 0) return out;
   for (Field& item : reader_.list(field_)) out.push_back(std::make_unique<YamlValue>(reader_, std::move(item), lines_));
   return out;
 }
@@ -45,11 +42,8 @@ void rethrow_at_line(const YamlReader& reader, const OptionLines& lines) {
   try {
     throw;
   } catch (const options::FieldError& e) {
-    std::string message = e.what();
-    const std::string prefix = "sentinel: ";
-    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-    if (auto it = options::nearest_written(lines, e.path()); it != lines.end()) reader.fail(it->second, message);
-    throw OptionError(fmt::format("{}: {}", reader.path(), message));
+    if (auto it = options::nearest_written(lines, e.path()); it != lines.end()) reader.fail(it->second, e.detail());
+    throw OptionError(fmt::format("{}: {}", reader.path(), e.detail()));
   }
 }
 

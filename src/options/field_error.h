@@ -11,11 +11,15 @@ namespace sentinel::options {
 
 class FieldError : public OptionError {
  public:
-  FieldError(std::string path, const std::string& message) : OptionError(message), path_(std::move(path)) {}
+  // what() is "sentinel: <detail>"; a front end that names the place itself uses detail().
+  FieldError(std::string path, std::string detail)
+      : OptionError("sentinel: " + detail), path_(std::move(path)), detail_(std::move(detail)) {}
   const std::string& path() const noexcept { return path_; }
+  const std::string& detail() const noexcept { return detail_; }
 
  private:
   std::string path_;
+  std::string detail_;
 };
 
 // The entry of `written` (a map keyed by option paths) for `path` or, when the front end did not

@@ -11,6 +11,7 @@
 
 #include "options/field_error.h"
 #include "options/spellings.h"
+#include "options/words.h"
 
 // Options::validate(): every range of every option, checked here and nowhere else; each error
 // names the option by its path in the option tables (option_table.h), so that a config can
@@ -22,7 +23,7 @@ namespace {
 using options::FieldError;
 
 [[noreturn]] void bad(const std::string& path, const std::string& message) {
-  throw FieldError(path, fmt::format("sentinel: {} {}", path, message));
+  throw FieldError(path, fmt::format("{} {}", path, message));
 }
 
 void check_at_least(const std::string& path, int64_t value, int64_t min) {
@@ -92,8 +93,8 @@ void check_collections(const std::vector<StatsCollection>& collections) {
     // A collection from a config's section is named by where it was written.
     const std::string path = fmt::format("stats_collections[{}]", i);
     const std::string named = c.source().empty() ? path : fmt::format("{} ({})", path, c.source());
-    if (c.stats().empty()) throw FieldError(path + ".stats", fmt::format("sentinel: {} lists no statistics", named));
-    if (c.tensors().empty()) throw FieldError(path + ".tensors", fmt::format("sentinel: {} lists no tensors", named));
+    if (c.stats().empty()) throw FieldError(path + ".stats", named + " lists no statistics");
+    if (c.tensors().empty()) throw FieldError(path + ".tensors", named + " lists no tensors");
     check_schedule(path, c);
     check_between(path + ".blockwise_block_size", c.blockwise_block_size(), 1, int64_t{1} << 20);
     if (c.blockwise_dims() != 1 && c.blockwise_dims() != 2) {
@@ -117,8 +118,7 @@ void check_loggers(const std::vector<std::string>& loggers) {
 }  // namespace
 
 fp8::ScalingRecipe parse_recipe(const std::string& name) {
-  std::string lower;
-  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = options::lower_case(name);
   for (const auto& s : options::kRecipes) {
     if (lower == s.name) return s.value;
   }

@@ -14,6 +14,7 @@
 #include <sentinel/ranks.h>
 
 #include "options/option_table.h"
+#include "options/words.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -116,8 +117,7 @@ class PyValue : public options::Value {
 
   size_t choice(const std::vector<std::string_view>& names) const override {
     const std::string name = as_str(v_, where_);
-    std::string lower;
-    for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string lower = options::lower_case(name);
     for (size_t i = 0; i < names.size(); ++i) {
       if (lower == names[i]) return i;
     }

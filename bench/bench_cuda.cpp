@@ -13,6 +13,12 @@
 //                  parameters, input and output, abs(), min(), max(), isnan().any(),
 //                  isinf().any(), each read back to the host with .item() - one host
 //                  synchronisation each (forward only: HF's tool sees no backward pass).
+//    and, with the FP8 replays on every GEMM operand: delayed scaling alone (the probe fused into
+//    the statistics launch), and all five recipes (a launch per recipe and operand besides).
+//    Once each under PyTorch's profiler (Gpt2StepProfile): where the GPU time goes.
+// 3. Each recipe's kernel on the bfloat16 tensor of 1., as activations (blocks along rows of
+//    4096) and as a weight (NVFP4's 16 x 16 and Float8Block's 128 x 128 tiles): the tensor's
+//    bytes over the time, against the copy.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 #include <torch/cuda.h>
@@ -27,7 +33,9 @@
 #include <string>
 
 #include "cuda/device_stats.h"
+#include "cuda/recipe_device.h"
 #include "gpt2_model.h"
+#include "step_profile.h"
 #include "stats/fp8_probe_math.h"
 
 namespace {
@@ -70,7 +78,15 @@ struct KernelRig {
     cuda_check(cudaEventCreate(&start), "cudaEventCreate");
     cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
     probe = sentinel::stats::make_fp8_probe_params(kProbeScale, sentinel::fp8::Format::E4M3);
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&record), sizeof(sentinel::cuda::DeviceRecipeRecord)), "cudaMalloc(record)");
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&amax), sizeof(unsigned int)), "cudaMalloc(amax)");
+    cuda_check(cudaMemset(amax, 0, sizeof(unsigned int)), "cudaMemset(amax)");
+    cuda_check(cudaMemset(record, 0, sizeof(sentinel::cuda::DeviceRecipeRecord)), "cudaMemset(record)");
     torch::cuda::synchronize();  // randn ran on LibTorch's stream; the data must be there first
+    // The recipes' launches read the tensor amax the statistics launch leaves.
+    sentinel::cuda::reduce_into_slot(bf16.data_ptr(), bf16.numel(), DType::kBFloat16, slot, nullptr, stream, false,
+                                     true, amax);
+    cuda_check(cudaStreamSynchronize(stream), "amax of the bfloat16 tensor");
   }
   torch::Tensor f32, bf16;
   void* copy_dst = nullptr;
@@ -78,6 +94,8 @@ struct KernelRig {
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   sentinel::stats::Fp8ProbeParams probe;
+  sentinel::cuda::DeviceRecipeRecord* record = nullptr;
+  unsigned int* amax = nullptr;
 };
 
 // Made on first use and never freed: freeing device memory from a static destructor can run
@@ -146,6 +164,32 @@ void BM_DeviceCopy(benchmark::State& state) {
   });
 }
 
+// A recipe's kernel on the bfloat16 tensor as a [rows, 4096] operand of aten::linear: argument 0
+// (an activation, blocks along rows) or 1 (a weight: tiles for NVFP4 and Float8Block).
+void run_recipe_case(benchmark::State& state, sentinel::fp8::ScalingRecipe recipe, sentinel::fp8::Role role) {
+  if (skip_without_gpu(state)) return;
+  auto& rig = kernel_rig();
+  const std::vector<int64_t> sizes = {rig.bf16.numel() / 4096, 4096}, strides = {4096, 1};
+  const auto job = sentinel::recipes::recipe_job(recipe, sentinel::Fp8Options(), role, "aten::linear",
+                                                 role == sentinel::fp8::Role::Weight ? 1 : 0, 2);
+  const auto launch = sentinel::cuda::make_recipe_launch(job, sizes.data(), strides.data(), 2);
+  run_kernel_case(state, kKernelBytes, [&](KernelRig& r) {
+    sentinel::cuda::launch_recipe(r.bf16.data_ptr(), DType::kBFloat16, launch, r.amax, r.record, r.stream);
+  });
+}
+
+void BM_RecipeKernel(benchmark::State& state) {
+  const auto recipe = static_cast<sentinel::fp8::ScalingRecipe>(state.range(0));
+  state.SetLabel(sentinel::fp8::recipe_name(recipe));
+  run_recipe_case(state, recipe, sentinel::fp8::Role::Activation);
+}
+
+void BM_RecipeKernelWeightTiles(benchmark::State& state) {
+  const auto recipe = static_cast<sentinel::fp8::ScalingRecipe>(state.range(0));
+  state.SetLabel(sentinel::fp8::recipe_name(recipe));
+  run_recipe_case(state, recipe, sentinel::fp8::Role::Weight);
+}
+
 // ---------------------------------------------------------------------------------------------
 // GPT-2 training step
 
@@ -210,20 +254,28 @@ void BM_Gpt2StepUnwatched(benchmark::State& state) {
   }
 }
 
-void BM_Gpt2StepWatched(benchmark::State& state) {
+void watched_gpt2_step(Gpt2Rig& rig, sentinel::Watchdog& watch) {
+  rig.optimizer->zero_grad();
+  auto batch = watch.batch();
+  auto loss = rig.loss();
+  watch.backward(loss);  // gradients checked before the optimizer can spread a bad one
+  batch.finish();
+  rig.optimizer->step();
+}
+
+sentinel::Fp8Options all_recipes() {
+  using sentinel::fp8::ScalingRecipe;
+  return sentinel::Fp8Options().enabled(true).recipes(
+      {ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4, ScalingRecipe::Float8Block});
+}
+
+void run_watched_steps(benchmark::State& state, const sentinel::Fp8Options& fp8) {
   if (skip_without_gpu(state)) return;
   try {
     Gpt2Rig rig;
     std::ostringstream out;  // a report, if any, is kept here; the watchdog would throw anyway
-    sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out));
-    auto watched_step = [&] {
-      rig.optimizer->zero_grad();
-      auto batch = watch.batch();
-      auto loss = rig.loss();
-      watch.backward(loss);  // gradients checked before the optimizer can spread a bad one
-      batch.finish();
-      rig.optimizer->step();
-    };
+    sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(fp8));
+    auto watched_step = [&] { watched_gpt2_step(rig, watch); };
     // Warm-up steps run watched too (the device ring is made then), so count from here.
     for (int i = 0; i < kWarmUpSteps; ++i) watched_step();
     torch::cuda::synchronize();
@@ -241,6 +293,42 @@ void BM_Gpt2StepWatched(benchmark::State& state) {
     // Reads served by an earlier read of the same unchanged memory: no kernel launched for them.
     state.counters["device_reads_reused_per_step"] =
         per_step(after.device_reads_reused - before.device_reads_reused, state);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_Gpt2StepWatched(benchmark::State& state) { run_watched_steps(state, sentinel::Fp8Options()); }
+
+void BM_Gpt2StepWatchedFp8Delayed(benchmark::State& state) {
+  run_watched_steps(state, sentinel::Fp8Options().enabled(true));
+}
+
+void BM_Gpt2StepWatchedAllRecipes(benchmark::State& state) { run_watched_steps(state, all_recipes()); }
+
+// One step of each kind under PyTorch's profiler, after the warm-up: the GPU's span, busy time,
+// summed activity and the sentinel kernels' share, per kind, as counters.
+void BM_Gpt2StepProfile(benchmark::State& state) {
+  if (skip_without_gpu(state)) return;
+  try {
+    Gpt2Rig rig;
+    std::ostringstream out;
+    auto record = [&](const std::string& kind, const bench::StepProfile& p) {
+      state.counters[kind + "_span_ms"] = p.span_ms;
+      state.counters[kind + "_busy_ms"] = p.busy_ms;
+      state.counters[kind + "_device_ms"] = p.device_ms;
+      state.counters[kind + "_sentinel_ms"] = p.sentinel_ms;
+      state.counters[kind + "_sentinel_kernels"] = static_cast<double>(p.sentinel_kernels);
+    };
+    for (auto _ : state) {
+      for (int i = 0; i < kWarmUpSteps; ++i) rig.step();
+      record("unwatched", bench::profile_step([&] { rig.step(); }));
+      for (const auto& [kind, fp8] : {std::pair{"watched", sentinel::Fp8Options()}, {"recipes", all_recipes()}}) {
+        sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(fp8));
+        for (int i = 0; i < kWarmUpSteps; ++i) watched_gpt2_step(rig, watch);
+        record(kind, bench::profile_step([&] { watched_gpt2_step(rig, watch); }));
+      }
+    }
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -291,8 +379,23 @@ BENCHMARK(BM_StatsKernelBf16)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StatsKernelWithProbe)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DeviceCopy)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepUnwatched)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RecipeKernel)
+    ->Arg(static_cast<int>(sentinel::fp8::ScalingRecipe::Current))
+    ->Arg(static_cast<int>(sentinel::fp8::ScalingRecipe::MXFP8))
+    ->Arg(static_cast<int>(sentinel::fp8::ScalingRecipe::NVFP4))
+    ->Arg(static_cast<int>(sentinel::fp8::ScalingRecipe::Float8Block))
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RecipeKernelWeightTiles)
+    ->Arg(static_cast<int>(sentinel::fp8::ScalingRecipe::NVFP4))
+    ->Arg(static_cast<int>(sentinel::fp8::ScalingRecipe::Float8Block))
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatched)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepWatchedFp8Delayed)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepWatchedAllRecipes)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepHfStyle)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepProfile)->Iterations(1)->Repetitions(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

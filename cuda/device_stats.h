@@ -42,10 +42,12 @@ bool device_available(std::string* why = nullptr);
 // this reduction added to what the slot holds) and launches the reduction on `stream`, with no
 // allocation and no synchronisation. `probe` (optional) adds the FP8 probe under those
 // parameters (float32, float16 and bfloat16 tensors only); `headroom` adds the fp16/bf16
-// headroom counts. Launch errors are checked and thrown as sentinel::Error.
+// headroom counts; `tensor_amax_bits` (optional, zeroed before on `stream`) receives this
+// tensor's own amax as float bits, apart from the slot's. Launch errors are checked and thrown as
+// sentinel::Error.
 void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* slot,
                       const stats::Fp8ProbeParams* probe, void* stream, bool headroom = false,
-                      bool reset_slot = true);
+                      bool reset_slot = true, unsigned int* tensor_amax_bits = nullptr);
 // Zeroes `count` slots from `first` on `stream` (one memset node; legal under graph capture).
 void reset_slots(DeviceSlot* first, int64_t count, void* stream);
 

@@ -5,6 +5,7 @@
 // atomics. Private to cuda/.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -12,6 +13,12 @@
 
 namespace sentinel {
 namespace cuda {
+// Throws sentinel::Error naming `what` when a CUDA call failed.
+void check_cuda(cudaError_t status, const char* what);
+// Blocks per launch: enough to fill the device a few times over, no more (each block then
+// loops over its share).
+int max_blocks(int device);
+
 namespace kernel {
 
 constexpr int kThreads = 256;
@@ -105,11 +112,12 @@ __device__ inline void warp_combine(stats::AbsStatsAccumulator<float>& a, stats:
 }
 
 // One pass over n elements: 16-byte loads where the data is aligned, single elements for the
-// rest. The slot was zeroed on the same stream before the launch.
+// rest. The slot was zeroed on the same stream before the launch; so was `tensor_amax_bits`, when
+// given (the recipes' launches that follow read it).
 template <typename Load, int kExtras>
 __global__ void __launch_bounds__(kThreads)
     reduce_kernel(const typename Load::storage* __restrict__ data, int64_t n, float min_normal,
-                  stats::Fp8ProbeParams params, DeviceSlot* slot) {
+                  stats::Fp8ProbeParams params, DeviceSlot* slot, unsigned int* tensor_amax_bits) {
   using T = typename Load::storage;
   constexpr int kVec = 16 / sizeof(T);
   const float inf = __int_as_float(0x7f800000);
@@ -150,6 +158,7 @@ __global__ void __launch_bounds__(kThreads)
   warp_combine(acc, probe, headroom);
   if (lane != 0) return;
   merge_stats<AtomicSlotOps>(*slot, acc);
+  if (tensor_amax_bits) atomicMax(tensor_amax_bits, magnitude_bits(acc.abs_max));  // this tensor's alone
   if (kExtras & kProbe) merge_probe<AtomicSlotOps>(*slot, probe);
   if (kExtras & kHeadroom) merge_headroom<AtomicSlotOps>(*slot, headroom);
   if (blockIdx.x == 0) atomicAdd(&slot->count, static_cast<unsigned long long>(n));

@@ -13,50 +13,49 @@
 namespace sentinel {
 namespace cuda {
 
-namespace {
-
-void check(cudaError_t status, const char* what) {
+void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
     throw Error(std::string("sentinel: CUDA ") + what + " failed: " + cudaGetErrorName(status) + " (" +
                 cudaGetErrorString(status) + ")");
   }
 }
 
-// Blocks per launch: enough to fill the device a few times over, no more (each block then
-// loops over the tensor). The multiprocessor count is read once per device.
+// The multiprocessor count is read once per device.
 int max_blocks(int device) {
   constexpr int kDevices = 64;
   static std::atomic<int> sm_count[kDevices];
   int count = device >= 0 && device < kDevices ? sm_count[device].load(std::memory_order_relaxed) : 0;
   if (count == 0) {
-    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "query of the multiprocessor count");
+    check_cuda(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "query of the multiprocessor count");
     if (device >= 0 && device < kDevices) sm_count[device].store(count, std::memory_order_relaxed);
   }
   return count * 8;
 }
 
+namespace {
+
 template <typename Load, int kExtras>
 void launch_with(const typename Load::storage* data, int64_t numel, float min_normal, const stats::Fp8ProbeParams* probe,
-                 DeviceSlot* slot, int blocks, cudaStream_t stream) {
+                 DeviceSlot* slot, unsigned int* tensor_amax_bits, int blocks, cudaStream_t stream) {
   kernel::reduce_kernel<Load, kExtras><<<blocks, kernel::kThreads, 0, stream>>>(
-      data, numel, min_normal, probe ? *probe : stats::Fp8ProbeParams{}, slot);
+      data, numel, min_normal, probe ? *probe : stats::Fp8ProbeParams{}, slot, tensor_amax_bits);
 }
 
 template <typename Load>
 void launch_reduce(const void* data, int64_t numel, float min_normal, const stats::Fp8ProbeParams* probe,
-                   bool headroom, DeviceSlot* slot, cudaStream_t stream) {
+                   bool headroom, DeviceSlot* slot, unsigned int* tensor_amax_bits, cudaStream_t stream) {
   int device = 0;
-  check(cudaGetDevice(&device), "query of the current device");
+  check_cuda(cudaGetDevice(&device), "query of the current device");
   constexpr int64_t kPerBlock = int64_t{kernel::kThreads} * 16;  // elements a block takes per pass
   const int64_t wanted = (numel + kPerBlock - 1) / kPerBlock;
   const int blocks = static_cast<int>(wanted < max_blocks(device) ? wanted : max_blocks(device));
   const auto* typed = static_cast<const typename Load::storage*>(data);
   using namespace kernel;
-  if (probe && headroom) launch_with<Load, kProbe | kHeadroom>(typed, numel, min_normal, probe, slot, blocks, stream);
-  else if (probe) launch_with<Load, kProbe>(typed, numel, min_normal, probe, slot, blocks, stream);
-  else if (headroom) launch_with<Load, kHeadroom>(typed, numel, min_normal, probe, slot, blocks, stream);
-  else launch_with<Load, kNone>(typed, numel, min_normal, probe, slot, blocks, stream);
-  check(cudaGetLastError(), "launch of the statistics kernel");
+  if (probe && headroom) launch_with<Load, kProbe | kHeadroom>(typed, numel, min_normal, probe, slot, tensor_amax_bits, blocks, stream);
+  else if (probe) launch_with<Load, kProbe>(typed, numel, min_normal, probe, slot, tensor_amax_bits, blocks, stream);
+  else if (headroom) launch_with<Load, kHeadroom>(typed, numel, min_normal, probe, slot, tensor_amax_bits, blocks, stream);
+  else launch_with<Load, kNone>(typed, numel, min_normal, probe, slot, tensor_amax_bits, blocks, stream);
+  check_cuda(cudaGetLastError(), "launch of the statistics kernel");
 }
 
 }  // namespace
@@ -93,12 +92,13 @@ bool device_available(std::string* why) {
 }
 
 void reset_slots(DeviceSlot* first, int64_t count, void* stream) {
-  check(cudaMemsetAsync(first, 0, sizeof(DeviceSlot) * count, static_cast<cudaStream_t>(stream)),
+  check_cuda(cudaMemsetAsync(first, 0, sizeof(DeviceSlot) * count, static_cast<cudaStream_t>(stream)),
         "reset of result slots");
 }
 
 void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* slot,
-                      const stats::Fp8ProbeParams* probe, void* stream, bool headroom, bool reset_slot) {
+                      const stats::Fp8ProbeParams* probe, void* stream, bool headroom, bool reset_slot,
+                      unsigned int* tensor_amax_bits) {
   if (!slot) throw InputError("sentinel: reduce_into_slot needs a result slot, got a null pointer");
   if (numel < 0) throw InputError("sentinel: reduce_into_slot needs numel >= 0, got " + std::to_string(numel));
   if (numel > 0 && !data) throw InputError("sentinel: reduce_into_slot got a null data pointer for " +
@@ -112,17 +112,17 @@ void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* 
                      dtype_name(dtype));
   }
   auto s = static_cast<cudaStream_t>(stream);
-  if (reset_slot) check(cudaMemsetAsync(slot, 0, sizeof(DeviceSlot), s), "reset of a result slot");
+  if (reset_slot) check_cuda(cudaMemsetAsync(slot, 0, sizeof(DeviceSlot), s), "reset of a result slot");
   if (numel == 0) return;
   switch (dtype) {
-    case DType::kFloat32: launch_reduce<kernel::Float32>(data, numel, 1.17549435e-38f, probe, headroom, slot, s); break;
-    case DType::kFloat16: launch_reduce<kernel::Float16>(data, numel, 6.103515625e-05f, probe, headroom, slot, s); break;
-    case DType::kBFloat16: launch_reduce<kernel::BFloat16>(data, numel, 1.17549435e-38f, probe, headroom, slot, s); break;
+    case DType::kFloat32: launch_reduce<kernel::Float32>(data, numel, 1.17549435e-38f, probe, headroom, slot, tensor_amax_bits, s); break;
+    case DType::kFloat16: launch_reduce<kernel::Float16>(data, numel, 6.103515625e-05f, probe, headroom, slot, tensor_amax_bits, s); break;
+    case DType::kBFloat16: launch_reduce<kernel::BFloat16>(data, numel, 1.17549435e-38f, probe, headroom, slot, tensor_amax_bits, s); break;
     case DType::kFloat8E4M3:
-      launch_reduce<kernel::Float8<fp8::Format::E4M3>>(data, numel, fp8::min_normal(fp8::Format::E4M3), nullptr, headroom, slot, s);
+      launch_reduce<kernel::Float8<fp8::Format::E4M3>>(data, numel, fp8::min_normal(fp8::Format::E4M3), nullptr, headroom, slot, tensor_amax_bits, s);
       break;
     case DType::kFloat8E5M2:
-      launch_reduce<kernel::Float8<fp8::Format::E5M2>>(data, numel, fp8::min_normal(fp8::Format::E5M2), nullptr, headroom, slot, s);
+      launch_reduce<kernel::Float8<fp8::Format::E5M2>>(data, numel, fp8::min_normal(fp8::Format::E5M2), nullptr, headroom, slot, tensor_amax_bits, s);
       break;
   }
 }
@@ -130,16 +130,16 @@ void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* 
 DeviceRing::DeviceRing(int64_t capacity, int device) : capacity_(capacity), device_(device) {
   if (capacity <= 0) throw InputError("sentinel: a device ring needs capacity > 0, got " + std::to_string(capacity));
   int previous = 0;
-  check(cudaGetDevice(&previous), "query of the current device");
-  check(cudaSetDevice(device), "selection of the ring's device");
+  check_cuda(cudaGetDevice(&previous), "query of the current device");
+  check_cuda(cudaSetDevice(device), "selection of the ring's device");
   try {
-    check(cudaMalloc(&slots_, sizeof(DeviceSlot) * capacity), "allocation of the result ring");
-    check(cudaMallocHost(&host_, sizeof(DeviceSlot) * capacity), "allocation of the pinned read-back buffer");
+    check_cuda(cudaMalloc(&slots_, sizeof(DeviceSlot) * capacity), "allocation of the result ring");
+    check_cuda(cudaMallocHost(&host_, sizeof(DeviceSlot) * capacity), "allocation of the pinned read-back buffer");
     // Zeroed once here; the owner re-zeroes slots after reading them back, so that a launch
     // need not reset its own slot (one kernel per tensor, no memset node).
-    check(cudaMemset(slots_, 0, sizeof(DeviceSlot) * capacity), "reset of the result ring");
+    check_cuda(cudaMemset(slots_, 0, sizeof(DeviceSlot) * capacity), "reset of the result ring");
     cudaEvent_t event = nullptr;
-    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creation of the read-back event");
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creation of the read-back event");
     event_ = event;
   } catch (...) {
     if (slots_) cudaFree(slots_);
@@ -170,13 +170,13 @@ void DeviceRing::copy_back_async(int64_t first, int64_t count, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const int64_t start = first % capacity_;
   const int64_t head = count < capacity_ - start ? count : capacity_ - start;  // up to the ring's end
-  check(cudaMemcpyAsync(host_ + start, slots_ + start, sizeof(DeviceSlot) * head, cudaMemcpyDeviceToHost, s),
+  check_cuda(cudaMemcpyAsync(host_ + start, slots_ + start, sizeof(DeviceSlot) * head, cudaMemcpyDeviceToHost, s),
         "read-back of the result ring");
   if (count > head) {
-    check(cudaMemcpyAsync(host_, slots_, sizeof(DeviceSlot) * (count - head), cudaMemcpyDeviceToHost, s),
+    check_cuda(cudaMemcpyAsync(host_, slots_, sizeof(DeviceSlot) * (count - head), cudaMemcpyDeviceToHost, s),
           "read-back of the result ring");
   }
-  check(cudaEventRecord(static_cast<cudaEvent_t>(event_), s), "record of the read-back event");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(event_), s), "record of the read-back event");
   pending_ = true;
 }
 
@@ -189,7 +189,7 @@ void DeviceRing::reset_async(int64_t first, int64_t count, void* stream) {
 
 const DeviceSlot& DeviceRing::wait_and_read(int64_t index) {
   if (pending_) {
-    check(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "wait for the result read-back");
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "wait for the result read-back");
     pending_ = false;
   }
   return host_[index % capacity_];

@@ -58,6 +58,9 @@ for stage in "$@"; do
         "$bin/sentinel_cuda_watch_tests" --gtest_brief=1 --gtest_filter=$graph_test
       run 120 memcheck_kernels compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/sentinel_cuda_tests" --gtest_brief=1
       run 180 racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/sentinel_cuda_tests" --gtest_brief=1
+      # The recipes' kernel shares its histogram and its warps' tallies in shared memory.
+      run 180 racecheck_recipes compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$bin/sentinel_cuda_watch_tests" --gtest_brief=1 --gtest_filter='CudaWatch.Recipes*'
       ;;
     bench)
       TAIL_LINES=30 run 300 bench_cuda "$bin/bench_cuda" --benchmark_repetitions="${REPETITIONS:-3}" \

@@ -19,6 +19,8 @@
 #ifndef SENTINEL_FP8_SCALING_H_
 #define SENTINEL_FP8_SCALING_H_
 
+#include <cfloat>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,6 +73,15 @@ class Recipe {
 // The format a tensor of this role is cast to under the recipe.
 Format format_for(const Recipe& recipe, Role role);
 
+// TransformerEngine's amax -> scale rule, the same float operations in the same order on the host
+// and on a GPU: (fp8_max / amax) / 2^margin; `previous` when amax is 0 or not finite (nothing can
+// be learned from it); FLT_MAX when the quotient overflows (a tiny amax), as TE clamps it.
+SENTINEL_HOST_DEVICE inline float scale_for_amax(float amax, float fp8_max, int margin, float previous) {
+  if (!(amax > 0.0f && amax <= FLT_MAX)) return previous;
+  const float scale = (fp8_max / amax) / ldexpf(1.0f, margin);
+  return scale > FLT_MAX ? FLT_MAX : scale;
+}
+
 // Delayed-scaling state of ONE tensor slot.
 class DelayedScaler {
  public:
@@ -91,8 +102,7 @@ class DelayedScaler {
   // step's amax allows, so its largest values overflow; < 0: range is wasted.
   static double drift_log2(float delayed, float current);
 
-  // TransformerEngine's amax -> scale rule: fp8_max / amax / 2^margin,
-  // `previous` if amax is 0 or non-finite, FLT_MAX if the result is inf.
+  // scale_for_amax, for one slot's format.
   static float scale_from_amax(float amax, float fp8_max, int margin, float previous);
 
   Format format() const { return format_; }

@@ -7,6 +7,7 @@
 #include "stats/read_only_data.h"
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 #include <cuda_runtime.h>
 #include <sentinel/errors.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda/device_stats.h"
+#include "cuda/recipe_device.h"
 #include "device/dense_span.h"
 #include "device/stats_device.h"
 
@@ -52,6 +54,7 @@ c10::optional<DenseSpan> span_of(const at::Tensor& t) {
 // must see that zeroing (made on the read-back stream) before their next launch.
 struct GpuRing {
   std::unique_ptr<cuda::DeviceRing> ring;
+  std::unique_ptr<cuda::RecipeRecordPool> records;  // of the slots whose tensors run recipes
   cudaEvent_t zeroed = nullptr;
   cudaStream_t zeroed_on = nullptr;
   std::vector<cudaStream_t> launch_streams;  // since the last read-back
@@ -67,6 +70,8 @@ class CudaStatsDevice final : public StatsDevice {
         owner_(capacity, -1),
         probe_scale_(capacity, 0.0f),
         repeats_(capacity, 1),
+        recipe_first_(capacity, -1),
+        recipe_count_(capacity, 0),
         results_(capacity) {}
   ~CudaStatsDevice() override {
     for (auto& g : gpus_) {
@@ -75,6 +80,7 @@ class CudaStatsDevice final : public StatsDevice {
   }
 
   bool owns(const at::Tensor& t) const override { return t.defined() && t.is_cuda(); }
+  bool replays_recipes() const override { return true; }
 
   stats::Readability readability(const at::Tensor& t) const override {
     const auto r = stats::compute_readability(t);
@@ -118,16 +124,20 @@ class CudaStatsDevice final : public StatsDevice {
     // add to has one scale for all: an expanded one among them is read as a dense copy (made on
     // this stream, where the allocator keeps it until the kernel is done with it).
     const size_t i = static_cast<size_t>(slot % capacity_);
+    const int64_t records = recipe_records(g, t, i, request, dtype);
+    unsigned int* amax = records >= 0 ? g.records->amax_word(stream) : nullptr;
+    if (amax) g.records->reset_amax_async(amax, stream);
     if (request.shared_slot && span->repeats > 1) {
       capture::NotRecorded not_recorded;  // profilers see the model's ops only
       const at::Tensor dense = t.contiguous();
       cuda::reduce_into_slot(dense.data_ptr(), dense.numel(), dtype, g.ring->device_slot(slot), request.probe,
-                             stream, request.headroom, /*reset_slot=*/false);
+                             stream, request.headroom, /*reset_slot=*/false, amax);
     } else {
       cuda::reduce_into_slot(t.data_ptr(), span->numel, dtype, g.ring->device_slot(slot), request.probe, stream,
-                             request.headroom, /*reset_slot=*/false);
+                             request.headroom, /*reset_slot=*/false, amax);
       repeats_[i] = span->repeats;  // 1 in a shared slot
     }
+    if (amax) launch_recipes(g, t, dtype, amax, records, stream);
     owner_[i] = index;
     probe_scale_[i] = request.probe ? request.probe_scale : 0.0f;
     g.used = true;
@@ -155,6 +165,8 @@ class CudaStatsDevice final : public StatsDevice {
         check(cudaStreamWaitEvent(stream, done, 0), "wait for another stream's statistics");
         cudaEventDestroy(done);
       }
+      // Every slot in flight is read back at once (DeferredFrames), so every record taken is.
+      if (g.records && g.records->used() > 0) g.records->copy_back_and_reset_async(stream);
       g.ring->copy_back_async(first, end - first, stream);
       g.ring->reset_async(first, end - first, stream);
       if (!g.zeroed) check(cudaEventCreateWithFlags(&g.zeroed, cudaEventDisableTiming), "creation of the ring event");
@@ -170,6 +182,11 @@ class CudaStatsDevice final : public StatsDevice {
         r.headroom = cuda::decode_headroom(raw);
         if (probe_scale_[i] != 0.0f) r.probe = cuda::decode_probe(raw, probe_scale_[i]);
         scale_by_repeats(r, repeats_[i]);
+        if (recipe_first_[i] >= 0) {
+          for (int j = 0; j < recipe_count_[i]; ++j) r.recipes.push_back(cuda::decode_recipe(g.records->host_record(recipe_first_[i] + j)));
+          recipe_first_[i] = -1;
+          recipe_count_[i] = 0;
+        }
         repeats_[i] = 1;
         owner_[i] = -1;
       }
@@ -187,6 +204,43 @@ class CudaStatsDevice final : public StatsDevice {
   int64_t synchronisations() const override { return synchronisations_; }
 
  private:
+  // The first of the slot's records for the request's recipes (those it already has when it adds
+  // to a slot), or -1 when the tensor runs none: no recipes asked, a dtype they do not take, or no
+  // record to be had during a graph capture (said once).
+  int64_t recipe_records(GpuRing& g, const at::Tensor& t, size_t i, const Request& request, cuda::DType dtype) {
+    if (!request.recipes || request.recipes->empty()) return -1;
+    if (dtype != cuda::DType::kFloat32 && dtype != cuda::DType::kFloat16 && dtype != cuda::DType::kBFloat16) return -1;
+    // Made before any launch: one that cannot be made throws, and the watchdog skips the tensor.
+    launches_.clear();
+    for (const recipes::RecipeJob& job : *request.recipes) {
+      launches_.push_back(cuda::make_recipe_launch(job, t.sizes().data(), t.strides().data(), static_cast<int>(t.dim())));
+    }
+    const int n = static_cast<int>(request.recipes->size());
+    if (request.accumulate && recipe_first_[i] >= 0 && recipe_count_[i] >= n) return recipe_first_[i];
+    if (!g.records) g.records = std::make_unique<cuda::RecipeRecordPool>(t.device().index());
+    const int64_t first = g.records->take(n, !capturing());
+    if (first < 0) {
+      if (!warned_capture_records_) {
+        warned_capture_records_ = true;
+        TORCH_WARN("sentinel: the fp8 recipes are not replayed on tensors of a CUDA graph captured before the first "
+                   "uncaptured watched step that ran them (their records are allocated then)");
+      }
+      return -1;
+    }
+    recipe_first_[i] = first;
+    recipe_count_[i] = n;
+    return first;
+  }
+
+  // The launches recipe_records made, into the records from `first`.
+  void launch_recipes(GpuRing& g, const at::Tensor& t, cuda::DType dtype, const unsigned int* amax, int64_t first,
+                      cudaStream_t stream) {
+    for (size_t j = 0; j < launches_.size(); ++j) {
+      cuda::launch_recipe(t.data_ptr(), dtype, launches_[j], amax, g.records->device_record(first + static_cast<int64_t>(j)),
+                          stream);
+    }
+  }
+
   GpuRing& gpu(c10::DeviceIndex index) {
     if (index < 0 || static_cast<size_t>(index) >= gpus_.size()) {
       throw Error("sentinel: CUDA device " + std::to_string(index) + " is not among the " +
@@ -202,7 +256,11 @@ class CudaStatsDevice final : public StatsDevice {
   std::vector<int> owner_;          // the GPU whose ring holds a slot, -1 when none
   std::vector<float> probe_scale_;  // the FP8 scale of a probed slot, 0 when not probed
   std::vector<int64_t> repeats_;    // elements of the view per element read (expanded views)
+  std::vector<int64_t> recipe_first_;  // the slot's first recipe record, -1 when none
+  std::vector<int> recipe_count_;      // and how many it has, one per job
   std::vector<SlotResult> results_;  // of the last read-back, by slot (allocated once)
+  std::vector<cuda::RecipeLaunch> launches_;  // the tensor's being enqueued
+  bool warned_capture_records_ = false;
   int64_t synchronisations_ = 0;
 };
 

@@ -41,13 +41,7 @@ DelayedScaler::DelayedScaler(const Recipe& recipe, Format format)
 }
 
 float DelayedScaler::scale_from_amax(float amax, float fp8_max, int margin, float previous) {
-  // Nothing can be learned from an empty (0) or broken (inf/NaN) amax.
-  if (!(std::isfinite(amax) && amax > 0.0f)) return previous;
-  // Same float operations in the same order as TE: (fp8_max / amax) / 2^margin.
-  float scale = (fp8_max / amax) / std::ldexp(1.0f, margin);
-  // A tiny amax overflows the scale; TE clamps it to the largest float.
-  if (std::isinf(scale)) scale = std::numeric_limits<float>::max();
-  return scale;
+  return scale_for_amax(amax, fp8_max, margin, previous);
 }
 
 float DelayedScaler::reduce_history() const {

@@ -22,14 +22,6 @@ stats::Fp8ProbeParams e2m1_format() {
   return stats::make_element_params(1.0f, fp8::kE2M1Max, /*min_subnormal=*/0.5f, /*mantissa_bits=*/1);
 }
 
-float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& overflow) {
-  float a = ax * encode;
-  keep_rounded(a);
-  const float q0 = stats::fp8_round_scaled(a, e);
-  overflow = !(q0 <= e.max);
-  return stats::fp8_saturate(q0, e.max);  // NaN (a value too large for its magic): max
-}
-
 namespace {
 
 // L blocks at once: each block's vectors are folded into one by an integer max of the bits of

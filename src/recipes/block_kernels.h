@@ -19,10 +19,6 @@ namespace recipes {
 stats::Fp8ProbeParams element_format(fp8::Format f);
 stats::Fp8ProbeParams e2m1_format();
 
-// The scalar cast of one element, as the loops compute it: |x| * encode rounded to the grid and
-// saturated. Sets `overflow` when the rounded value was above the format's max.
-float cast_scaled(float ax, float encode, const stats::Fp8ProbeParams& e, bool& overflow);
-
 // Blocks whose |x| reach kLargeForFloatSums, or stay below kSmallForFloatSums, are summed in
 // double: their squares could leave float's range in the lanes.
 constexpr float kLargeForFloatSums = 1e17f;

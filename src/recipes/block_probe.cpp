@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "recipes/block_kernels.h"
+#include "recipes/group_math.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {
@@ -152,33 +153,15 @@ class BlockCaster {
     }
   }
 
-  // One block element by element, sums in double: blocks with inf/NaN, a lost or zero scale, or
-  // values whose squares leave float's range. Returns the elements left out of `count`.
+  // One block element by element, sums in double (group_math.h, as a GPU casts every element):
+  // blocks with inf/NaN, a lost or zero scale, or values whose squares leave float's range.
+  // Returns the elements left out of `count`.
   int64_t exact_block(const float* p, int n, float encode, float decode) {
-    stats::Fp8ProbeResult& sums = out_.cast;
-    int64_t excluded = 0;
-    for (int i = 0; i < n; ++i) {
-      const float ax = std::fabs(p[i]);
-      if (!(ax <= FLT_MAX)) {
-        ++excluded;  // inf and NaN: the statistics count them
-        continue;
-      }
-      if (!(decode == decode)) {
-        ++excluded;
-        ++out_.lost;
-        continue;
-      }
-      bool overflow = false;
-      const float q = cast_scaled(ax, encode, element_, overflow);
-      const double xh = static_cast<double>(q) * decode;
-      if (decode > 0.0f) sums.overflow += overflow;
-      sums.underflow += ax != 0.0f && (q == 0.0f || decode == 0.0f);
-      const double err = ax - xh;
-      sums.sum_sq_error += err * err;
-      sums.sum_x_q += ax * xh;
-      sums.sum_x_sq += static_cast<double>(ax) * ax;
-      sums.sum_q_sq += xh * xh;
-    }
+    CastTally t;
+    for (int i = 0; i < n; ++i) t.add(p[i], encode, decode, element_);
+    const int64_t excluded = n - static_cast<int64_t>(t.count);
+    t.count = 0;  // the caller counts the elements, less those excluded
+    add_tallies(t, GroupTally{}, out_);
     return excluded;
   }
 

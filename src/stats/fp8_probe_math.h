@@ -37,6 +37,17 @@ SENTINEL_HOST_DEVICE inline float fp8_round_scaled(float a, const Fp8ProbeParams
   return (a + magic) - magic;
 }
 
+// x * scale rounded to float on its own, as a cast sees it: nvcc would otherwise fuse the product
+// into the rounding's first addition (a fused multiply-add rounds once, and differently). The
+// host code that calls it is built without fused multiply-adds.
+SENTINEL_HOST_DEVICE inline float rounded_product(float x, float scale) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(x, scale);
+#else
+  return x * scale;
+#endif
+}
+
 SENTINEL_HOST_DEVICE inline float fp8_saturate(float q, float max) { return q < max ? q : max; }  // NaN: max
 
 // Sums in the scaled domain; sum_t is double where the squares could leave float's range.
@@ -51,7 +62,7 @@ struct Fp8ProbeAccumulator {
     ++count;
     overflow += ax > p.overflow_above;
     underflow += (ax < p.underflow_below) & (ax != 0);
-    const float q = fp8_saturate(fp8_round_scaled(ax * p.scale, p), p.max);
+    const float q = fp8_saturate(fp8_round_scaled(rounded_product(ax, p.scale), p), p.max);
     // The error against the exact |x| * scale (a float product is exact in double).
     const sum_t a = static_cast<sum_t>(ax) * static_cast<sum_t>(p.scale);
     const sum_t err = a - static_cast<sum_t>(q);

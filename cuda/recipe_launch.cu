@@ -1,0 +1,272 @@
+// The recipes' kernel (cuda/recipe_device.h): a warp per scaling group, in a grid-stride loop over
+// the groups. The warp finds the group's amax and whether it holds an inf or NaN, lane 0 turns
+// them into the group's scale and tallies (recipes::group_scale, the CPU replay's arithmetic), and
+// every lane casts its elements with that scale into its own CastTally. The block then combines
+// its warps' tallies and adds them, and its histogram of scale codes (kept in shared memory, where
+// the increments of its groups do not contend with other blocks'), into the record with atomics.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <sentinel/errors.h>
+#include <sentinel/fp8_scaling.h>
+
+#include <string>
+
+#include "cuda/recipe_device.h"
+#include "cuda/stats_kernel.cuh"
+
+namespace sentinel {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr unsigned kAll = 0xffffffffu;
+
+__device__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kAll, v, offset));  // NaN-free
+  return v;
+}
+
+template <typename T>
+__device__ void add_down(T& v, int offset) {
+  v += __shfl_down_sync(kAll, v, offset);
+}
+
+// Lane 0 ends up with the warp's tallies.
+__device__ void warp_combine(recipes::CastTally& c, recipes::GroupTally& g) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    add_down(c.count, offset);
+    add_down(c.overflow, offset);
+    add_down(c.underflow, offset);
+    add_down(c.lost, offset);
+    add_down(c.sum_sq_error, offset);
+    add_down(c.sum_x_q, offset);
+    add_down(c.sum_x_sq, offset);
+    add_down(c.sum_q_sq, offset);
+    add_down(g.blocks, offset);
+    add_down(g.zero, offset);
+    add_down(g.saturated, offset);
+    add_down(g.at_min, offset);
+    add_down(g.nonfinite, offset);
+  }
+}
+
+__device__ void add_count(unsigned long long* target, uint64_t v) {
+  if (v) atomicAdd(target, static_cast<unsigned long long>(v));
+}
+
+__device__ void add_into_record(DeviceRecipeRecord* r, const recipes::CastTally& c, const recipes::GroupTally& g) {
+  add_count(&r->count, c.count);
+  add_count(&r->overflow, c.overflow);
+  add_count(&r->underflow, c.underflow);
+  add_count(&r->lost, c.lost);
+  add_count(&r->blocks, g.blocks);
+  add_count(&r->blocks_zero, g.zero);
+  add_count(&r->blocks_saturated, g.saturated);
+  add_count(&r->blocks_at_min, g.at_min);
+  add_count(&r->blocks_nonfinite, g.nonfinite);
+  atomicAdd(&r->sum_sq_error, c.sum_sq_error);
+  atomicAdd(&r->sum_x_q, c.sum_x_q);
+  atomicAdd(&r->sum_x_sq, c.sum_x_sq);
+  atomicAdd(&r->sum_q_sq, c.sum_q_sq);
+}
+
+template <typename Load, fp8::ScalingRecipe kKind>
+__global__ void __launch_bounds__(kThreads)
+    recipe_kernel(const typename Load::storage* __restrict__ data, RecipeLaunch l,
+                  const unsigned int* __restrict__ tensor_amax_bits, DeviceRecipeRecord* record) {
+  // Shared memory runs no constructors: raw storage for the warps' tallies.
+  __shared__ unsigned int codes[256];
+  __shared__ alignas(recipes::CastTally) unsigned char cast_bytes[kWarps * sizeof(recipes::CastTally)];
+  __shared__ alignas(recipes::GroupTally) unsigned char group_bytes[kWarps * sizeof(recipes::GroupTally)];
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) codes[i] = 0;
+  __syncthreads();
+
+  const float tensor_amax = fp8::detail::bits_to_float(*tensor_amax_bits);
+  float tensor_scale = 1.0f;  // NVFP4's S_enc, or current scaling's one scale
+  if (kKind == fp8::ScalingRecipe::NVFP4) tensor_scale = fp8::nvfp4_tensor_scale(tensor_amax);
+  if (kKind == fp8::ScalingRecipe::Current) tensor_scale = fp8::scale_for_amax(tensor_amax, l.element.max, l.margin, 1.0f);
+
+  recipes::CastTally cast;
+  recipes::GroupTally groups;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; g < l.geometry.groups; g += warps) {
+    int64_t height = 0, width = 0;
+    const int64_t start = l.geometry.group_start(g, height, width);
+    const int64_t n = height * width;
+    auto load = [&](int64_t e) { return Load::get(data[l.geometry.element(start, e, width)]); };
+    if (kKind == fp8::ScalingRecipe::Current) {
+      for (int64_t e = lane; e < n; e += 32) cast.add_scaled(load(e), tensor_scale, l.element);
+      continue;
+    }
+    float amax = 0.0f;
+    bool special = false;
+    for (int64_t e = lane; e < n; e += 32) {
+      const float ax = fabsf(load(e));
+      amax = fmaxf(amax, ax);  // NaN ignored, as the CPU's amax
+      special = special || !(ax <= FLT_MAX);
+    }
+    amax = warp_max(amax);
+    special = __any_sync(kAll, special);
+    const fp8::BlockScale s = recipes::group_scale(l.rule, amax, special, tensor_scale);
+    if (lane == 0) {
+      groups.add(s, amax, special);
+      atomicAdd(&codes[s.code], 1u);
+    }
+    for (int64_t e = lane; e < n; e += 32) cast.add(load(e), s.encode, s.decode, l.element);
+  }
+
+  warp_combine(cast, groups);
+  auto* warp_cast = reinterpret_cast<recipes::CastTally*>(cast_bytes);
+  auto* warp_groups = reinterpret_cast<recipes::GroupTally*>(group_bytes);
+  if (lane == 0) {
+    warp_cast[threadIdx.x / 32] = cast;
+    warp_groups[threadIdx.x / 32] = groups;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    if (codes[i]) atomicAdd(&record->scale_codes[i], codes[i]);
+  }
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < kWarps; ++w) {
+    cast.combine(warp_cast[w]);
+    groups.combine(warp_groups[w]);
+  }
+  if (kKind == fp8::ScalingRecipe::Current) cast.unscale(tensor_scale);  // each tensor with its own scale
+  add_into_record(record, cast, groups);
+}
+
+template <typename Load>
+void launch_for(const void* data, const RecipeLaunch& l, const unsigned int* amax, DeviceRecipeRecord* record,
+                int blocks, cudaStream_t stream) {
+  const auto* typed = static_cast<const typename Load::storage*>(data);
+  using fp8::ScalingRecipe;
+  switch (l.recipe) {
+    case ScalingRecipe::Current:
+      recipe_kernel<Load, ScalingRecipe::Current><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
+      break;
+    case ScalingRecipe::MXFP8:
+      recipe_kernel<Load, ScalingRecipe::MXFP8><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
+      break;
+    case ScalingRecipe::NVFP4:
+      recipe_kernel<Load, ScalingRecipe::NVFP4><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
+      break;
+    case ScalingRecipe::Float8Block:
+      recipe_kernel<Load, ScalingRecipe::Float8Block><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
+      break;
+    case ScalingRecipe::Delayed: throw InputError("sentinel: delayed scaling is the statistics launch's probe, not a recipe launch");
+  }
+}
+
+}  // namespace
+
+void launch_recipe(const void* data, DType dtype, const RecipeLaunch& launch, const unsigned int* tensor_amax_bits,
+                   DeviceRecipeRecord* record, void* stream) {
+  if (!record || !tensor_amax_bits) throw InputError("sentinel: launch_recipe needs a record and an amax word");
+  if (launch.geometry.groups == 0) return;
+  if (!data) throw InputError("sentinel: launch_recipe got a null data pointer");
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "query of the current device");
+  const int64_t wanted = (launch.geometry.groups + kWarps - 1) / kWarps;
+  const int blocks = static_cast<int>(wanted < max_blocks(device) ? wanted : max_blocks(device));
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32: launch_for<kernel::Float32>(data, launch, tensor_amax_bits, record, blocks, s); break;
+    case DType::kFloat16: launch_for<kernel::Float16>(data, launch, tensor_amax_bits, record, blocks, s); break;
+    case DType::kBFloat16: launch_for<kernel::BFloat16>(data, launch, tensor_amax_bits, record, blocks, s); break;
+    default:
+      throw InputError(std::string("sentinel: the recipes take float32, float16 or bfloat16 tensors, got ") +
+                       dtype_name(dtype));
+  }
+  check_cuda(cudaGetLastError(), "launch of a recipe kernel");
+}
+
+RecipeRecordPool::RecipeRecordPool(int device) : device_(device) {
+  int previous = 0;
+  check_cuda(cudaGetDevice(&previous), "query of the current device");
+  check_cuda(cudaSetDevice(device), "selection of the records' device");
+  const cudaError_t status = cudaMalloc(&amax_words_, sizeof(unsigned int) * kStreams);
+  cudaSetDevice(previous);
+  check_cuda(status, "allocation of the amax words");
+}
+
+RecipeRecordPool::~RecipeRecordPool() {
+  int previous = 0;
+  cudaGetDevice(&previous);
+  cudaSetDevice(device_);
+  for (Chunk& c : chunks_) {
+    cudaFree(c.device);
+    cudaFreeHost(c.host);
+  }
+  if (amax_words_) cudaFree(amax_words_);
+  cudaSetDevice(previous);
+}
+
+int64_t RecipeRecordPool::take(int n, bool may_allocate) {
+  if (n <= 0 || n > kChunk) throw InputError("sentinel: " + std::to_string(n) + " recipe records at once");
+  int64_t first = used_;
+  if (first % kChunk + n > kChunk) first = (first / kChunk + 1) * kChunk;  // consecutive in one chunk
+  const size_t chunk = static_cast<size_t>((first + n - 1) / kChunk);
+  if (chunk >= chunks_.size()) {
+    if (!may_allocate) return -1;
+    int previous = 0;
+    check_cuda(cudaGetDevice(&previous), "query of the current device");
+    check_cuda(cudaSetDevice(device_), "selection of the records' device");
+    Chunk c;
+    const size_t bytes = sizeof(DeviceRecipeRecord) * kChunk;
+    // Zeroed once here; afterwards after each read-back, on the stream of the read-back.
+    cudaError_t status = cudaMalloc(&c.device, bytes);
+    if (status == cudaSuccess) status = cudaMallocHost(&c.host, bytes);
+    if (status == cudaSuccess) status = cudaMemset(c.device, 0, bytes);
+    cudaSetDevice(previous);
+    if (status != cudaSuccess) {
+      if (c.device) cudaFree(c.device);
+      if (c.host) cudaFreeHost(c.host);
+      check_cuda(status, "allocation of recipe records");
+    }
+    chunks_.push_back(c);
+  }
+  used_ = first + n;
+  return first;
+}
+
+DeviceRecipeRecord* RecipeRecordPool::device_record(int64_t index) const {
+  return chunks_[static_cast<size_t>(index / kChunk)].device + index % kChunk;
+}
+
+const DeviceRecipeRecord& RecipeRecordPool::host_record(int64_t index) const {
+  return chunks_[static_cast<size_t>(index / kChunk)].host[index % kChunk];
+}
+
+void RecipeRecordPool::copy_back_and_reset_async(void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  for (int64_t first = 0; first < used_; first += kChunk) {
+    const Chunk& c = chunks_[static_cast<size_t>(first / kChunk)];
+    const size_t bytes = sizeof(DeviceRecipeRecord) * static_cast<size_t>(used_ - first < kChunk ? used_ - first : kChunk);
+    check_cuda(cudaMemcpyAsync(c.host, c.device, bytes, cudaMemcpyDeviceToHost, s), "read-back of recipe records");
+    check_cuda(cudaMemsetAsync(c.device, 0, bytes, s), "reset of recipe records");
+  }
+  used_ = 0;
+}
+
+unsigned int* RecipeRecordPool::amax_word(void* stream) {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i] == stream) return amax_words_ + i;
+  }
+  // Streams beyond kStreams share words: a word is read right after it is written on its stream,
+  // so two streams collide only if they enqueue recipes at the same moment.
+  const size_t i = streams_.size() < kStreams ? streams_.size() : reinterpret_cast<uintptr_t>(stream) % kStreams;
+  if (i == streams_.size()) streams_.push_back(stream);
+  else streams_[i] = stream;
+  return amax_words_ + i;
+}
+
+void RecipeRecordPool::reset_amax_async(unsigned int* word, void* stream) {
+  check_cuda(cudaMemsetAsync(word, 0, sizeof(unsigned int), static_cast<cudaStream_t>(stream)), "reset of an amax word");
+}
+
+}  // namespace cuda
+}  // namespace sentinel

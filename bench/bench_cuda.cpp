@@ -172,7 +172,7 @@ void run_recipe_case(benchmark::State& state, sentinel::fp8::ScalingRecipe recip
   const std::vector<int64_t> sizes = {rig.bf16.numel() / 4096, 4096}, strides = {4096, 1};
   const auto job = sentinel::recipes::recipe_job(recipe, sentinel::Fp8Options(), role, "aten::linear",
                                                  role == sentinel::fp8::Role::Weight ? 1 : 0, 2);
-  const auto launch = sentinel::cuda::make_recipe_launch(job, sizes.data(), strides.data(), 2);
+  const auto launch = sentinel::cuda::make_recipe_launch(job, sizes.data(), strides.data(), 2, /*dense=*/true);
   run_kernel_case(state, kKernelBytes, [&](KernelRig& r) {
     sentinel::cuda::launch_recipe(r.bf16.data_ptr(), DType::kBFloat16, launch, r.amax, r.record, r.stream);
   });

@@ -33,11 +33,16 @@ struct RecipeLaunch {
   recipes::GroupRule rule;          // the block recipes'
   stats::Fp8ProbeParams element;    // the element grid at scale 1 (stats::make_fp8_probe_params)
   int margin = 0;                   // current scaling's
+  // Current scaling of a tensor whose elements fill [data, data + flat_elements) (non-overlapping
+  // and dense: their order does not matter to one scale): read in memory order. 0: by groups.
+  int64_t flat_elements = 0;
 };
 
-// The launch of `job` on a tensor of these sizes and strides (in elements). Throws
-// sentinel::InputError for a tensor of more than recipes::kMaxGroupDims dimensions.
-RecipeLaunch make_recipe_launch(const recipes::RecipeJob& job, const int64_t* sizes, const int64_t* strides, int dims);
+// The launch of `job` on a tensor of these sizes and strides (in elements); `dense`: its elements
+// fill a span of memory without gaps or overlaps. Throws sentinel::InputError for a tensor of
+// more than recipes::kMaxGroupDims dimensions.
+RecipeLaunch make_recipe_launch(const recipes::RecipeJob& job, const int64_t* sizes, const int64_t* strides, int dims,
+                                bool dense);
 
 // Replays `launch` on the tensor at `data` (float32, float16 or bfloat16) into `record`, on
 // `stream`, the tensor's amax read from `tensor_amax_bits` (float bits, set on that stream

@@ -10,7 +10,8 @@
 namespace sentinel {
 namespace cuda {
 
-RecipeLaunch make_recipe_launch(const recipes::RecipeJob& job, const int64_t* sizes, const int64_t* strides, int dims) {
+RecipeLaunch make_recipe_launch(const recipes::RecipeJob& job, const int64_t* sizes, const int64_t* strides, int dims,
+                                bool dense) {
   // The element grids at scale 1: two binary searches each, made once.
   static const stats::Fp8ProbeParams e4m3 = recipes::element_format(fp8::Format::E4M3);
   static const stats::Fp8ProbeParams e5m2 = recipes::element_format(fp8::Format::E5M2);
@@ -24,6 +25,10 @@ RecipeLaunch make_recipe_launch(const recipes::RecipeJob& job, const int64_t* si
   launch.rule = recipes::group_rule(job.block);
   launch.element = job.recipe == fp8::ScalingRecipe::NVFP4 ? e2m1 : job.element == fp8::Format::E4M3 ? e4m3 : e5m2;
   launch.margin = job.margin;
+  if (job.recipe == fp8::ScalingRecipe::Current && dense) {
+    launch.flat_elements = 1;
+    for (int d = 0; d < dims; ++d) launch.flat_elements *= sizes[d];
+  }
   return launch;
 }
 

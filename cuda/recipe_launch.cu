@@ -1,9 +1,9 @@
-// The recipes' kernel (cuda/recipe_device.h): a warp per scaling group, in a grid-stride loop over
-// the groups. The warp finds the group's amax and whether it holds an inf or NaN, lane 0 turns
-// them into the group's scale and tallies (recipes::group_scale, the CPU replay's arithmetic), and
-// every lane casts its elements with that scale into its own CastTally. The block then combines
-// its warps' tallies and adds them, and its histogram of scale codes (kept in shared memory, where
-// the increments of its groups do not contend with other blocks'), into the record with atomics.
+// The recipes' kernel (cuda/recipe_device.h), in grid-stride loops over the scaling groups: each
+// group's amax and whether it holds an inf or NaN, its scale and tallies (recipes::group_scale,
+// the CPU replay's arithmetic), then every element cast with that scale into a CastTally. The
+// block then combines its threads' tallies and adds them, and its histogram of scale codes (kept
+// in shared memory, where its groups' increments do not contend with other blocks'), into the
+// record with atomics.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -73,10 +73,79 @@ __device__ void add_into_record(DeviceRecipeRecord* r, const recipes::CastTally&
   atomicAdd(&r->sum_q_sq, c.sum_q_sq);
 }
 
-template <typename Load, fp8::ScalingRecipe kKind>
+// How a launch spreads its work: current scaling over a dense tensor in memory order (kFlat); a
+// thread per group where a group is a few hundred elements at most, each thread reading its group
+// twice, the second time from cache (kThread); a warp per group for Float8Block's 128 x 128
+// tiles, each lane every 32nd vector of it (kWarp). 16-byte loads wherever the rows allow them.
+enum class Shape { kFlat, kThread, kWarp };
+
+// The histogram of scale codes in shared memory: the lanes of a warp holding the same code add
+// it once, by their leader (most groups of a tensor share a few codes).
+__device__ void count_code(unsigned int* codes, uint8_t code) {
+  const unsigned peers = __match_any_sync(__activemask(), static_cast<unsigned>(code));
+  if (threadIdx.x % 32 == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&codes[code], __popc(peers));
+}
+
+// Whether a group's rows can be read 16 bytes at a time: unit column stride, whole vectors per row,
+// rows and the group's start aligned.
+template <typename T, typename I>
+__device__ bool whole_vectors(const T* p, const recipes::GroupGeometry& geo, I width) {
+  constexpr int kVec = 16 / sizeof(T);
+  return geo.col_stride == 1 && width % kVec == 0 && geo.row_stride % kVec == 0 &&
+         reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// f(x) for every element of a group of `height` rows of `width`, by one thread: 16-byte loads
+// where whole_vectors, single elements otherwise.
+template <typename Load, typename I, typename F>
+__device__ void each_element(const typename Load::storage* p, const recipes::GroupGeometry& geo, I height, I width,
+                             F&& f) {
+  using T = typename Load::storage;
+  constexpr int kVec = 16 / sizeof(T);
+  if (whole_vectors(p, geo, width)) {
+    for (I r = 0; r < height; ++r) {
+      const uint4* row = reinterpret_cast<const uint4*>(p + static_cast<int64_t>(r) * geo.row_stride);
+      for (I v = 0; v < width / kVec; ++v) {
+        const uint4 raw = __ldg(row + v);
+        const T* values = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) f(Load::get(values[k]));
+      }
+    }
+    return;
+  }
+  for (I r = 0; r < height; ++r) {
+    for (I c = 0; c < width; ++c) f(Load::get(p[geo.at(0, r, c)]));
+  }
+}
+
+// The same spread over a warp's lanes, each taking every 32nd vector (or element) of the group.
+template <typename Load, typename I, typename F>
+__device__ void each_element_of_warp(const typename Load::storage* p, const recipes::GroupGeometry& geo, I height,
+                                     I width, int lane, F&& f) {
+  using T = typename Load::storage;
+  constexpr int kVec = 16 / sizeof(T);
+  if (whole_vectors(p, geo, width)) {
+    const I per_row = width / kVec;
+    for (I v = lane; v < height * per_row; v += 32) {
+      const I r = v / per_row;
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p + static_cast<int64_t>(r) * geo.row_stride) + (v - r * per_row));
+      const T* values = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) f(Load::get(values[k]));
+    }
+    return;
+  }
+  for (I r = 0; r < height; ++r) {
+    for (I c = lane; c < width; c += 32) f(Load::get(p[geo.at(0, r, c)]));
+  }
+}
+
+template <typename Load, fp8::ScalingRecipe kKind, Shape kShape, typename I>
 __global__ void __launch_bounds__(kThreads)
     recipe_kernel(const typename Load::storage* __restrict__ data, RecipeLaunch l,
                   const unsigned int* __restrict__ tensor_amax_bits, DeviceRecipeRecord* record) {
+  using T = typename Load::storage;
   // Shared memory runs no constructors: raw storage for the warps' tallies.
   __shared__ unsigned int codes[256];
   __shared__ alignas(recipes::CastTally) unsigned char cast_bytes[kWarps * sizeof(recipes::CastTally)];
@@ -92,31 +161,62 @@ __global__ void __launch_bounds__(kThreads)
   recipes::CastTally cast;
   recipes::GroupTally groups;
   const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; g < l.geometry.groups; g += warps) {
-    int64_t height = 0, width = 0;
-    const int64_t start = l.geometry.group_start(g, height, width);
-    const int64_t n = height * width;
-    auto load = [&](int64_t e) { return Load::get(data[l.geometry.element(start, e, width)]); };
-    if (kKind == fp8::ScalingRecipe::Current) {
-      for (int64_t e = lane; e < n; e += 32) cast.add_scaled(load(e), tensor_scale, l.element);
-      continue;
+  const recipes::GroupGeometry& geo = l.geometry;
+  if constexpr (kShape == Shape::kFlat) {
+    constexpr int kVec = 16 / sizeof(T);
+    const int64_t n = l.flat_elements;
+    const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    const int64_t vectors = reinterpret_cast<uintptr_t>(data) % 16 == 0 ? n / kVec : 0;
+    for (int64_t v = thread; v < vectors; v += threads) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(data) + v);
+      const T* values = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) cast.add_scaled(Load::get(values[k]), tensor_scale, l.element);
     }
-    float amax = 0.0f;
-    bool special = false;
-    for (int64_t e = lane; e < n; e += 32) {
-      const float ax = fabsf(load(e));
-      amax = fmaxf(amax, ax);  // NaN ignored, as the CPU's amax
-      special = special || !(ax <= FLT_MAX);
+    for (int64_t i = vectors * kVec + thread; i < n; i += threads) cast.add_scaled(Load::get(data[i]), tensor_scale, l.element);
+  } else if constexpr (kShape == Shape::kThread) {
+    const I step = static_cast<I>(gridDim.x) * kThreads;
+    for (I g = static_cast<I>(blockIdx.x) * kThreads + threadIdx.x; g < static_cast<I>(geo.groups); g += step) {
+      I height = 0, width = 0;
+      const T* p = data + geo.group_start(g, height, width);
+      if constexpr (kKind == fp8::ScalingRecipe::Current) {
+        each_element<Load>(p, geo, height, width, [&](float x) { cast.add_scaled(x, tensor_scale, l.element); });
+      } else {
+        float amax = 0.0f;
+        bool special = false;
+        each_element<Load>(p, geo, height, width, [&](float x) {
+          const float ax = fabsf(x);
+          amax = fmaxf(amax, ax);  // NaN ignored, as the CPU's amax
+          special = special || !(ax <= FLT_MAX);
+        });
+        const fp8::BlockScale s = recipes::group_scale(l.rule, amax, special, tensor_scale);
+        groups.add(s, amax, special);
+        count_code(codes, s.code);
+        each_element<Load>(p, geo, height, width, [&](float x) { cast.add(x, s.encode, s.decode, l.element); });
+      }
     }
-    amax = warp_max(amax);
-    special = __any_sync(kAll, special);
-    const fp8::BlockScale s = recipes::group_scale(l.rule, amax, special, tensor_scale);
-    if (lane == 0) {
-      groups.add(s, amax, special);
-      atomicAdd(&codes[s.code], 1u);
+  } else {
+    const I step = static_cast<I>(gridDim.x) * kWarps;
+    for (I g = static_cast<I>(blockIdx.x) * kWarps + threadIdx.x / 32; g < static_cast<I>(geo.groups); g += step) {
+      I height = 0, width = 0;
+      const T* p = data + geo.group_start(g, height, width);
+      float amax = 0.0f;
+      bool special = false;
+      each_element_of_warp<Load>(p, geo, height, width, lane, [&](float x) {
+        const float ax = fabsf(x);
+        amax = fmaxf(amax, ax);
+        special = special || !(ax <= FLT_MAX);
+      });
+      amax = warp_max(amax);
+      special = __any_sync(kAll, special);
+      const fp8::BlockScale s = recipes::group_scale(l.rule, amax, special, tensor_scale);
+      if (lane == 0) {
+        groups.add(s, amax, special);
+        atomicAdd(&codes[s.code], 1u);
+      }
+      each_element_of_warp<Load>(p, geo, height, width, lane, [&](float x) { cast.add(x, s.encode, s.decode, l.element); });
     }
-    for (int64_t e = lane; e < n; e += 32) cast.add(load(e), s.encode, s.decode, l.element);
   }
 
   warp_combine(cast, groups);
@@ -139,26 +239,46 @@ __global__ void __launch_bounds__(kThreads)
   add_into_record(record, cast, groups);
 }
 
+template <typename Load, fp8::ScalingRecipe kKind>
+void launch_shaped(const typename Load::storage* data, const RecipeLaunch& l, const unsigned int* amax,
+                   DeviceRecipeRecord* record, int max, cudaStream_t stream) {
+  auto blocks = [&](int64_t per_block, int64_t work) {
+    const int64_t wanted = (work + per_block - 1) / per_block;
+    return static_cast<int>(wanted < max ? wanted : max);
+  };
+  const recipes::GroupGeometry& g = l.geometry;
+  if constexpr (kKind == fp8::ScalingRecipe::Current) {
+    if (l.flat_elements > 0) {
+      recipe_kernel<Load, kKind, Shape::kFlat, int64_t>
+          <<<blocks(int64_t{kThreads} * 16, l.flat_elements), kThreads, 0, stream>>>(data, l, amax, record);
+      return;
+    }
+  }
+  if (g.tile_rows * g.tile_cols <= 256 || kKind == fp8::ScalingRecipe::Current) {
+    if (g.narrow()) {
+      recipe_kernel<Load, kKind, Shape::kThread, uint32_t><<<blocks(kThreads, g.groups), kThreads, 0, stream>>>(data, l, amax, record);
+    } else {
+      recipe_kernel<Load, kKind, Shape::kThread, int64_t><<<blocks(kThreads, g.groups), kThreads, 0, stream>>>(data, l, amax, record);
+    }
+  } else if constexpr (kKind != fp8::ScalingRecipe::Current) {
+    recipe_kernel<Load, kKind, Shape::kWarp, int64_t><<<blocks(kWarps, g.groups), kThreads, 0, stream>>>(data, l, amax, record);
+  }
+}
+
 template <typename Load>
 void launch_for(const void* data, const RecipeLaunch& l, const unsigned int* amax, DeviceRecipeRecord* record,
-                int blocks, cudaStream_t stream) {
+                int max, cudaStream_t stream) {
   const auto* typed = static_cast<const typename Load::storage*>(data);
   using fp8::ScalingRecipe;
   switch (l.recipe) {
-    case ScalingRecipe::Current:
-      recipe_kernel<Load, ScalingRecipe::Current><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
-      break;
-    case ScalingRecipe::MXFP8:
-      recipe_kernel<Load, ScalingRecipe::MXFP8><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
-      break;
-    case ScalingRecipe::NVFP4:
-      recipe_kernel<Load, ScalingRecipe::NVFP4><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
-      break;
+    case ScalingRecipe::Current: return launch_shaped<Load, ScalingRecipe::Current>(typed, l, amax, record, max, stream);
+    case ScalingRecipe::MXFP8: return launch_shaped<Load, ScalingRecipe::MXFP8>(typed, l, amax, record, max, stream);
+    case ScalingRecipe::NVFP4: return launch_shaped<Load, ScalingRecipe::NVFP4>(typed, l, amax, record, max, stream);
     case ScalingRecipe::Float8Block:
-      recipe_kernel<Load, ScalingRecipe::Float8Block><<<blocks, kThreads, 0, stream>>>(typed, l, amax, record);
-      break;
-    case ScalingRecipe::Delayed: throw InputError("sentinel: delayed scaling is the statistics launch's probe, not a recipe launch");
+      return launch_shaped<Load, ScalingRecipe::Float8Block>(typed, l, amax, record, max, stream);
+    case ScalingRecipe::Delayed: break;
   }
+  throw InputError("sentinel: delayed scaling is the statistics launch's probe, not a recipe launch");
 }
 
 }  // namespace
@@ -170,13 +290,12 @@ void launch_recipe(const void* data, DType dtype, const RecipeLaunch& launch, co
   if (!data) throw InputError("sentinel: launch_recipe got a null data pointer");
   int device = 0;
   check_cuda(cudaGetDevice(&device), "query of the current device");
-  const int64_t wanted = (launch.geometry.groups + kWarps - 1) / kWarps;
-  const int blocks = static_cast<int>(wanted < max_blocks(device) ? wanted : max_blocks(device));
+  const int max = max_blocks(device);
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case DType::kFloat32: launch_for<kernel::Float32>(data, launch, tensor_amax_bits, record, blocks, s); break;
-    case DType::kFloat16: launch_for<kernel::Float16>(data, launch, tensor_amax_bits, record, blocks, s); break;
-    case DType::kBFloat16: launch_for<kernel::BFloat16>(data, launch, tensor_amax_bits, record, blocks, s); break;
+    case DType::kFloat32: launch_for<kernel::Float32>(data, launch, tensor_amax_bits, record, max, s); break;
+    case DType::kFloat16: launch_for<kernel::Float16>(data, launch, tensor_amax_bits, record, max, s); break;
+    case DType::kBFloat16: launch_for<kernel::BFloat16>(data, launch, tensor_amax_bits, record, max, s); break;
     default:
       throw InputError(std::string("sentinel: the recipes take float32, float16 or bfloat16 tensors, got ") +
                        dtype_name(dtype));

@@ -41,22 +41,26 @@ recipes::BlockProbeResult emulate_device_recipe(const torch::Tensor& t, const re
   for (int64_t g = 0; g < geo.groups; ++g) {
     int64_t height = 0, width = 0;
     const int64_t start = geo.group_start(g, height, width);
-    const int64_t n = height * width;
+    auto each = [&](auto&& f) {
+      for (int64_t r = 0; r < height; ++r) {
+        for (int64_t c = 0; c < width; ++c) f(p[geo.at(start, r, c)]);
+      }
+    };
     if (job.recipe == ScalingRecipe::Current) {
-      for (int64_t i = 0; i < n; ++i) cast.add_scaled(p[geo.element(start, i, width)], tensor_scale, e);
+      each([&](float x) { cast.add_scaled(x, tensor_scale, e); });
       continue;
     }
     float amax = 0.0f;
     bool special = false;
-    for (int64_t i = 0; i < n; ++i) {
-      const float ax = std::fabs(p[geo.element(start, i, width)]);
+    each([&](float x) {
+      const float ax = std::fabs(x);
       amax = std::fmax(amax, ax);
       special = special || !(ax <= FLT_MAX);
-    }
+    });
     const sentinel::fp8::BlockScale s = recipes::group_scale(rule, amax, special, tensor_scale);
     groups.add(s, amax, special);
     ++codes[s.code];
-    for (int64_t i = 0; i < n; ++i) cast.add(p[geo.element(start, i, width)], s.encode, s.decode, e);
+    each([&](float x) { cast.add(x, s.encode, s.decode, e); });
   }
   if (job.recipe == ScalingRecipe::Current) cast.unscale(tensor_scale);
   recipes::BlockProbeResult out;

@@ -213,7 +213,8 @@ class CudaStatsDevice final : public StatsDevice {
     // Made before any launch: one that cannot be made throws, and the watchdog skips the tensor.
     launches_.clear();
     for (const recipes::RecipeJob& job : *request.recipes) {
-      launches_.push_back(cuda::make_recipe_launch(job, t.sizes().data(), t.strides().data(), static_cast<int>(t.dim())));
+      launches_.push_back(cuda::make_recipe_launch(job, t.sizes().data(), t.strides().data(), static_cast<int>(t.dim()),
+                                                   t.is_non_overlapping_and_dense()));
     }
     const int n = static_cast<int>(request.recipes->size());
     if (request.accumulate && recipe_first_[i] >= 0 && recipe_count_[i] >= n) return recipe_first_[i];

@@ -39,27 +39,35 @@ struct GroupGeometry {
   int64_t row_tiles = 1, col_tiles = 1;    // per plane
   int64_t groups = 0;
 
-  // Group g's first element (offset in elements from the tensor's data) and its extent.
-  SENTINEL_HOST_DEVICE int64_t group_start(int64_t g, int64_t& height, int64_t& width) const {
-    const int64_t per_plane = row_tiles * col_tiles;
-    int64_t outer = g / per_plane;
-    const int64_t in_plane = g - outer * per_plane;
-    const int64_t tr = in_plane / col_tiles, tc = in_plane - tr * col_tiles;
+  // Group g's first element (offset in elements from the tensor's data) and its extent. `I`: the
+  // type of the index arithmetic (32 bits on a GPU where every count fits: divisions cost less).
+  template <typename I>
+  SENTINEL_HOST_DEVICE int64_t group_start(I g, I& height, I& width) const {
+    const I per_plane = static_cast<I>(row_tiles * col_tiles);
+    I outer = g / per_plane;
+    const I in_plane = g - outer * per_plane;
+    const I tr = in_plane / static_cast<I>(col_tiles), tc = in_plane - tr * static_cast<I>(col_tiles);
     int64_t offset = 0;
-    for (int d = outer_dims - 1; d >= 0; --d) {  // the last outer dimension varies fastest
-      const int64_t i = outer % outer_sizes[d];
-      outer /= outer_sizes[d];
-      offset += i * outer_strides[d];
+    for (int d = outer_dims - 1; d > 0; --d) {  // the last outer dimension varies fastest
+      const I size = static_cast<I>(outer_sizes[d]);
+      const I next = outer / size;
+      offset += static_cast<int64_t>(outer - next * size) * outer_strides[d];
+      outer = next;
     }
-    const int64_t r0 = tr * tile_rows, c0 = tc * tile_cols;
-    height = rows - r0 < tile_rows ? rows - r0 : tile_rows;
-    width = cols - c0 < tile_cols ? cols - c0 : tile_cols;
-    return offset + r0 * row_stride + c0 * col_stride;
+    if (outer_dims > 0) offset += static_cast<int64_t>(outer) * outer_strides[0];
+    const I r0 = tr * static_cast<I>(tile_rows), c0 = tc * static_cast<I>(tile_cols);
+    height = static_cast<I>(rows) - r0 < static_cast<I>(tile_rows) ? static_cast<I>(rows) - r0 : static_cast<I>(tile_rows);
+    width = static_cast<I>(cols) - c0 < static_cast<I>(tile_cols) ? static_cast<I>(cols) - c0 : static_cast<I>(tile_cols);
+    return offset + static_cast<int64_t>(r0) * row_stride + static_cast<int64_t>(c0) * col_stride;
   }
-  // Element e (0 <= e < height * width, row by row) of a group starting at `start`.
-  SENTINEL_HOST_DEVICE int64_t element(int64_t start, int64_t e, int64_t width) const {
-    const int64_t r = e / width;
-    return start + r * row_stride + (e - r * width) * col_stride;
+  // The element at row r, column c of a group starting at `start`.
+  SENTINEL_HOST_DEVICE int64_t at(int64_t start, int64_t r, int64_t c) const { return start + r * row_stride + c * col_stride; }
+  // Whether every count of the walk fits in 32 bits (an element's offset is always 64-bit).
+  bool narrow() const {
+    constexpr int64_t kMax = int64_t{1} << 31;
+    bool fits = groups < kMax && rows < kMax && cols < kMax;
+    for (int d = 0; d < outer_dims; ++d) fits = fits && outer_sizes[d] < kMax;
+    return fits;
   }
 };
 
@@ -106,6 +114,20 @@ inline bool make_group_geometry(const int64_t* sizes, const int64_t* strides, in
       ++g.outer_dims;
     }
   }
+  // Outer dimensions that step through memory as one (a contiguous batch of lines) walk as one.
+  int kept = 0;
+  for (int d = 0; d < g.outer_dims; ++d) {
+    if (g.outer_sizes[d] == 1) continue;
+    if (kept > 0 && g.outer_strides[kept - 1] == g.outer_sizes[d] * g.outer_strides[d]) {
+      g.outer_sizes[kept - 1] *= g.outer_sizes[d];
+      g.outer_strides[kept - 1] = g.outer_strides[d];
+    } else {
+      g.outer_sizes[kept] = g.outer_sizes[d];
+      g.outer_strides[kept] = g.outer_strides[d];
+      ++kept;
+    }
+  }
+  g.outer_dims = kept;
   g.row_tiles = (g.rows + g.tile_rows - 1) / g.tile_rows;
   g.col_tiles = (g.cols + g.tile_cols - 1) / g.tile_cols;
   g.groups = numel / (g.rows * g.cols) * g.row_tiles * g.col_tiles;

@@ -17,9 +17,8 @@ namespace cuda {
 // One recipe's result in one slot as the kernels leave it in device memory: all-zero bytes are
 // "nothing cast", and tensors that share the slot add into it.
 struct DeviceRecipeRecord {
-  unsigned long long count, overflow, underflow, lost;
-  unsigned long long blocks, blocks_zero, blocks_saturated, blocks_at_min, blocks_nonfinite;
-  double sum_sq_error, sum_x_q, sum_x_sq, sum_q_sq;  // dequantized, current scaling's too
+  recipes::CastTally cast;  // current scaling's sums dequantized too
+  recipes::GroupTally groups;
   unsigned int scale_codes[256];
 };
 

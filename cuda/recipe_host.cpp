@@ -33,23 +33,8 @@ RecipeLaunch make_recipe_launch(const recipes::RecipeJob& job, const int64_t* si
 }
 
 recipes::BlockProbeResult decode_recipe(const DeviceRecipeRecord& r) {
-  recipes::CastTally cast;
-  cast.count = r.count;
-  cast.overflow = r.overflow;
-  cast.underflow = r.underflow;
-  cast.lost = r.lost;
-  cast.sum_sq_error = r.sum_sq_error;
-  cast.sum_x_q = r.sum_x_q;
-  cast.sum_x_sq = r.sum_x_sq;
-  cast.sum_q_sq = r.sum_q_sq;
-  recipes::GroupTally groups;
-  groups.blocks = r.blocks;
-  groups.zero = r.blocks_zero;
-  groups.saturated = r.blocks_saturated;
-  groups.at_min = r.blocks_at_min;
-  groups.nonfinite = r.blocks_nonfinite;
   recipes::BlockProbeResult out;
-  recipes::add_tallies(cast, groups, out);
+  recipes::add_tallies(r.cast, r.groups, out);
   for (size_t c = 0; c < out.scale_codes.size(); ++c) out.scale_codes[c] = r.scale_codes[c];
   return out;
 }

@@ -29,48 +29,25 @@ __device__ float warp_max(float v) {
   return v;
 }
 
-template <typename T>
-__device__ void add_down(T& v, int offset) {
-  v += __shfl_down_sync(kAll, v, offset);
-}
-
 // Lane 0 ends up with the warp's tallies.
 __device__ void warp_combine(recipes::CastTally& c, recipes::GroupTally& g) {
   for (int offset = 16; offset > 0; offset /= 2) {
-    add_down(c.count, offset);
-    add_down(c.overflow, offset);
-    add_down(c.underflow, offset);
-    add_down(c.lost, offset);
-    add_down(c.sum_sq_error, offset);
-    add_down(c.sum_x_q, offset);
-    add_down(c.sum_x_sq, offset);
-    add_down(c.sum_q_sq, offset);
-    add_down(g.blocks, offset);
-    add_down(g.zero, offset);
-    add_down(g.saturated, offset);
-    add_down(g.at_min, offset);
-    add_down(g.nonfinite, offset);
+    auto add = [offset](auto& x, auto) { x += __shfl_down_sync(kAll, x, offset); };
+    c.zip(c, add);
+    g.zip(g, add);
   }
 }
 
-__device__ void add_count(unsigned long long* target, uint64_t v) {
-  if (v) atomicAdd(target, static_cast<unsigned long long>(v));
+static_assert(sizeof(uint64_t) == sizeof(unsigned long long), "the tallies' counts are added as 64-bit atomics");
+__device__ void atomic_add(uint64_t& target, uint64_t v) {
+  if (v) atomicAdd(reinterpret_cast<unsigned long long*>(&target), static_cast<unsigned long long>(v));
 }
+__device__ void atomic_add(double& target, double v) { atomicAdd(&target, v); }
 
-__device__ void add_into_record(DeviceRecipeRecord* r, const recipes::CastTally& c, const recipes::GroupTally& g) {
-  add_count(&r->count, c.count);
-  add_count(&r->overflow, c.overflow);
-  add_count(&r->underflow, c.underflow);
-  add_count(&r->lost, c.lost);
-  add_count(&r->blocks, g.blocks);
-  add_count(&r->blocks_zero, g.zero);
-  add_count(&r->blocks_saturated, g.saturated);
-  add_count(&r->blocks_at_min, g.at_min);
-  add_count(&r->blocks_nonfinite, g.nonfinite);
-  atomicAdd(&r->sum_sq_error, c.sum_sq_error);
-  atomicAdd(&r->sum_x_q, c.sum_x_q);
-  atomicAdd(&r->sum_x_sq, c.sum_x_sq);
-  atomicAdd(&r->sum_q_sq, c.sum_q_sq);
+__device__ void add_into_record(DeviceRecipeRecord* r, recipes::CastTally& c, recipes::GroupTally& g) {
+  auto add = [](auto& target, auto v) { atomic_add(target, v); };
+  r->cast.zip(c, add);
+  r->groups.zip(g, add);
 }
 
 // How a launch spreads its work: current scaling over a dense tensor in memory order (kFlat); a

@@ -1,5 +1,7 @@
 // The CUDA device: each tensor is reduced by one kernel launch on its current stream into a slot
 // of a per-GPU ring (cuda/), and a range of slots is copied back to pinned memory with one wait.
+// The recipes beside delayed scaling are one more launch each, into records of the slot
+// (cuda/recipe_device.h), copied back with it.
 // Slots are zeroed once when the ring is made and again after each read-back, so a launch needs
 // no reset of its own. Built only where LibTorch has CUDA; elsewhere compiled for its syntax.
 #include <ATen/core/Tensor.h>

@@ -168,12 +168,18 @@ struct GroupTally {
     at_min += s.at_min;
     nonfinite += special;
   }
+  // f(this tally's field, the same field of o), field by field: what treats the fields alike
+  // (sums, shuffles, atomics) is written once.
+  template <typename Tally, typename F>
+  SENTINEL_HOST_DEVICE void zip(Tally& o, F&& f) {
+    f(blocks, o.blocks);
+    f(zero, o.zero);
+    f(saturated, o.saturated);
+    f(at_min, o.at_min);
+    f(nonfinite, o.nonfinite);
+  }
   SENTINEL_HOST_DEVICE void combine(const GroupTally& o) {
-    blocks += o.blocks;
-    zero += o.zero;
-    saturated += o.saturated;
-    at_min += o.at_min;
-    nonfinite += o.nonfinite;
+    zip(o, [](uint64_t& x, uint64_t y) { x += y; });
   }
 };
 
@@ -234,15 +240,20 @@ struct CastTally {
     sum_x_sq = (se + 2 * aq - qq) * inv_sq;
   }
 
+  // As GroupTally::zip.
+  template <typename Tally, typename F>
+  SENTINEL_HOST_DEVICE void zip(Tally& o, F&& f) {
+    f(count, o.count);
+    f(overflow, o.overflow);
+    f(underflow, o.underflow);
+    f(lost, o.lost);
+    f(sum_sq_error, o.sum_sq_error);
+    f(sum_x_q, o.sum_x_q);
+    f(sum_x_sq, o.sum_x_sq);
+    f(sum_q_sq, o.sum_q_sq);
+  }
   SENTINEL_HOST_DEVICE void combine(const CastTally& o) {
-    count += o.count;
-    overflow += o.overflow;
-    underflow += o.underflow;
-    lost += o.lost;
-    sum_sq_error += o.sum_sq_error;
-    sum_x_q += o.sum_x_q;
-    sum_x_sq += o.sum_x_sq;
-    sum_q_sq += o.sum_q_sq;
+    zip(o, [](auto& x, auto y) { x += y; });
   }
 };
 

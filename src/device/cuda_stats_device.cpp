@@ -225,8 +225,9 @@ class CudaStatsDevice final : public StatsDevice {
     if (first < 0) {
       if (!warned_capture_records_) {
         warned_capture_records_ = true;
-        TORCH_WARN("sentinel: the fp8 recipes are not replayed on tensors of a CUDA graph captured before the first "
-                   "uncaptured watched step that ran them (their records are allocated then)");
+        TORCH_WARN("sentinel: some tensors of a CUDA graph get no fp8 recipe replay: its capture needed more "
+                   "recipe records than the watched steps before it had allocated (none can be allocated while "
+                   "a graph is captured)");
       }
       return -1;
     }

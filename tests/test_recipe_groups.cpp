@@ -10,6 +10,7 @@
 
 #include <array>
 #include <map>
+#include <sstream>
 #include <vector>
 
 #include "device/stats_device.h"
@@ -136,7 +137,9 @@ TEST(RecipeGroups, TheSumsBoundIsWellAboveTheDifferenceItCovers) {
     }
   }
   EXPECT_LT(worst, recipes::kDeviceSumsRelativeBound / 10) << "the bound covers differences this large";
-  RecordProperty("worst_relative_difference", std::to_string(worst));
+  std::ostringstream shown;
+  shown << std::scientific << worst;
+  RecordProperty("worst_relative_difference", shown.str());
 }
 
 }  // namespace

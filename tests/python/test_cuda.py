@@ -1,0 +1,71 @@
+"""The Python module on CUDA tensors: the same trips as on the CPU, read on the GPU (deferred, one
+host wait per batch) and reported alike. Every test skips without a GPU."""
+
+import pytest
+import torch
+
+from overflow_sentinel import DebugUnderflowOverflow, NonFiniteError
+
+from models import SqrtHead, plant_overflow, tiny_t5
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def forward_trip(device):
+    """The planted overflow of the T5-style stack on `device`: the report of batch 1."""
+    model = tiny_t5().to(device)
+    debug = DebugUnderflowOverflow(model)
+    model(torch.ones(2, 8, device=device))  # batch 0: clean
+    plant_overflow(model, block=1)
+    with pytest.raises(NonFiniteError) as caught:
+        model(torch.ones(2, 8, device=device))
+    debug.close()
+    return caught.value.report
+
+
+def test_a_forward_overflow_on_cuda_is_reported_as_on_the_cpu():
+    on_gpu, on_cpu = forward_trip("cuda"), forward_trip("cpu")
+    assert on_gpu.batch_number == on_cpu.batch_number == 1
+    for report in (on_gpu, on_cpu):
+        assert report.trigger.op == "aten::mul"
+        assert report.trigger.module_path == "block.1.layer.0.DenseReluDense"
+        assert report.produced_here
+    # The trigger's entries read on the GPU equal the CPU's, element counts and infinities alike.
+    gpu_entries = [(e.role, e.stats.count, e.stats.pos_inf, e.stats.nan) for e in on_gpu.trigger.entries]
+    cpu_entries = [(e.role, e.stats.count, e.stats.pos_inf, e.stats.nan) for e in on_cpu.trigger.entries]
+    assert gpu_entries == cpu_entries
+
+
+def test_a_nan_in_the_backward_on_cuda_is_caught_at_its_node():
+    model = SqrtHead().cuda()
+    debug = DebugUnderflowOverflow(model)
+    out = model(torch.ones(2, 4, device="cuda", requires_grad=True))
+    with pytest.raises(NonFiniteError) as caught:
+        out.sum().backward()
+    trigger = caught.value.report.trigger
+    assert trigger.direction == "backward"
+    assert trigger.op == "SqrtBackward0"
+    assert trigger.module_class == "SqrtHead"
+    debug.close()
+
+
+def test_watching_a_cuda_model_never_changes_its_results():
+    model = tiny_t5().cuda()
+    x = torch.randn(4, 8, device="cuda")
+    unwatched = model(x)
+    debug = DebugUnderflowOverflow(model)
+    for _ in range(3):
+        watched = model(x)
+        assert torch.equal(watched, unwatched)
+    assert debug.batch_number == 3 and debug.report is None
+    debug.close()
+
+
+def test_the_recipes_run_on_cuda_operands_without_a_stop():
+    model = tiny_t5().cuda()
+    debug = DebugUnderflowOverflow(model, fp8={"enabled": True, "recipes": ["delayed", "current", "mxfp8", "nvfp4",
+                                                                           "float8block"]})
+    for _ in range(2):
+        model(torch.randn(4, 8, device="cuda")).sum().backward()
+    assert debug.report is None
+    debug.close()

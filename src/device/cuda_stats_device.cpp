@@ -184,17 +184,19 @@ class CudaStatsDevice final : public StatsDevice {
         r.headroom = cuda::decode_headroom(raw);
         if (probe_scale_[i] != 0.0f) r.probe = cuda::decode_probe(raw, probe_scale_[i]);
         scale_by_repeats(r, repeats_[i]);
-        if (recipe_first_[i] >= 0) {
-          for (int j = 0; j < recipe_count_[i]; ++j) r.recipes.push_back(cuda::decode_recipe(g.records->host_record(recipe_first_[i] + j)));
-          recipe_first_[i] = -1;
-          recipe_count_[i] = 0;
-        }
+        for (int j = 0; j < recipe_count_[i]; ++j) r.recipes.push_back(cuda::decode_recipe(g.records->host_record(recipe_first_[i] + j)));
         repeats_[i] = 1;
         owner_[i] = -1;
       }
       g.launch_streams.clear();
       g.used = false;
       waited = true;
+    }
+    // Every record was copied back and zeroed: no slot of the range holds one now, whether or not
+    // its enqueue got as far as launching.
+    for (int64_t s = first; s < end; ++s) {
+      recipe_first_[static_cast<size_t>(s % capacity_)] = -1;
+      recipe_count_[static_cast<size_t>(s % capacity_)] = 0;
     }
     synchronisations_ += waited;
   }

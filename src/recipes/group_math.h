@@ -1,7 +1,7 @@
 #pragma once
 // The recipes' arithmetic one scaling group at a time (a block, or a tile: the elements that
 // share one scale), written once for the CPU and, under nvcc, for the GPU kernels
-// (cuda/recipe_kernel.cuh): where a tensor's groups lie, the scale of a group from its amax, and
+// (cuda/recipe_launch.cu): where a tensor's groups lie, the scale of a group from its amax, and
 // what casting one element adds to the tallies. The CPU replay (block_probe.cpp) casts its exact
 // blocks with CastTally; its vector loops compute the same codes and counts (the tests hold them
 // to it), and its float-lane sums differ from these double ones in their last digits
@@ -86,11 +86,7 @@ inline bool make_group_geometry(const int64_t* sizes, const int64_t* strides, in
   if (dims > kMaxGroupDims) return false;
   int64_t numel = 1;
   for (int d = 0; d < dims; ++d) numel *= sizes[d];
-  g.groups = numel;  // the empty tensor: no group
-  if (numel == 0) {
-    g.groups = 0;
-    return true;
-  }
+  if (numel == 0) return true;  // no group
   int row_dim = -1, col_dim = -1;
   if (layout.tiles_2d && dims >= 2) {
     row_dim = dims - 2;

@@ -86,11 +86,13 @@ def test_abort_after_batch_num_stops_after_that_batch():
     debug.close()
 
 
-def test_a_nan_in_the_backward_is_caught_at_its_node_with_the_forward_module():
-    model = SqrtHead()
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_a_nan_in_the_backward_is_caught_at_its_node_with_the_forward_module(device):
+    model = SqrtHead().to(device)
     debug = DebugUnderflowOverflow(model)
-    out = model(torch.ones(2, 4, requires_grad=True))
-    assert torch.equal(out, torch.zeros(2, 4))
+    out = model(torch.ones(2, 4, device=device, requires_grad=True))
+    assert torch.equal(out, torch.zeros(2, 4, device=device))
     with pytest.raises(NonFiniteError) as caught:
         out.sum().backward()
     trigger = caught.value.report.trigger

@@ -36,7 +36,7 @@
 #include "cuda/recipe_device.h"
 #include "gpt2_model.h"
 #include "step_profile.h"
-#include "stats/fp8_probe_math.h"
+#include "fp8/fp8_probe_math.h"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <benchmark/benchmark.h>
 #include <sentinel/options.h>
 
-#include "recipes/block_probe.h"
-#include "recipes/recipe_probe.h"
-#include "stats/fp8_probe.h"
+#include "fp8/block_probe.h"
+#include "fp8/recipe_probe.h"
+#include "fp8/fp8_probe.h"
 #include "stats_pass_cases.h"
 
 namespace {

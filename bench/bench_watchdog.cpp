@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "device/stats_device.h"
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 #include "stats/simd_level.h"
 #include "ranks/rank_session.h"
 #include "stats/tensor_stats.h"

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "stats/fp8_probe_result.h"
-#include "stats/fp8_probe_math.h"
+#include "fp8/fp8_probe_result.h"
+#include "fp8/fp8_probe_math.h"
 
 namespace sentinel {
 namespace cuda {

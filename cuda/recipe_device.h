@@ -2,14 +2,14 @@
 // The recipes beside delayed scaling on the GPU: current scaling, MXFP8 (both rules), NVFP4 and
 // Float8Block, one launch per recipe and tensor, after the tensor's statistics launch on the same
 // stream, whose amax (the tensor-wide scales' input) the launch reads from device memory. The
-// arithmetic is src/recipes/group_math.h, the CPU replay's own. Host API: no CUDA headers.
+// arithmetic is src/fp8/group_math.h, the CPU replay's own. Host API: no CUDA headers.
 #include <cstdint>
 #include <vector>
 
 #include "cuda/device_stats.h"
-#include "recipes/block_probe.h"
-#include "recipes/group_math.h"
-#include "recipes/recipe_probe.h"
+#include "fp8/block_probe.h"
+#include "fp8/group_math.h"
+#include "fp8/recipe_probe.h"
 
 namespace sentinel {
 namespace cuda {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "cuda/recipe_device.h"
-#include "recipes/block_kernels.h"
+#include "fp8/block_kernels.h"
 
 namespace sentinel {
 namespace cuda {

@@ -2,7 +2,7 @@
 // Folding a block's accumulators into a DeviceSlot: atomics on the GPU, plain arithmetic on the
 // host (which lets the CPU tests run the kernel's whole reduction scheme without a GPU).
 #include "cuda/device_stats.h"
-#include "stats/fp8_probe_math.h"
+#include "fp8/fp8_probe_math.h"
 #include "stats/headroom_math.h"
 #include "stats/stats_accumulator.h"
 

@@ -1,6 +1,6 @@
 #pragma once
 // The __global__ reduction: each thread folds its elements into the same accumulators as the
-// CPU pass (src/stats/stats_accumulator.h, src/stats/fp8_probe_math.h), warps and then the
+// CPU pass (src/stats/stats_accumulator.h, src/fp8/fp8_probe_math.h), warps and then the
 // block combine them, and one thread per block folds the block's result into the slot with
 // atomics. Private to cuda/.
 #include <cuda_bf16.h>

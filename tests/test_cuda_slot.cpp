@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "cuda/slot_merge.h"
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 #include "stats/tensor_stats.h"
 #include "support/expect_stats.h"
 

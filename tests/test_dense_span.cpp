@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "device/dense_span.h"
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 #include "stats/tensor_stats.h"
 #include "support/expect_stats.h"
 

@@ -10,8 +10,8 @@
 
 #include <sentinel/errors.h>
 
-#include "stats/fp8_probe.h"
-#include "stats/fp8_probe_math.h"
+#include "fp8/fp8_probe.h"
+#include "fp8/fp8_probe_math.h"
 #include "support/expect_stats.h"
 #include "stats/tensor_stats.h"
 #include "support/simd_levels.h"

@@ -1,4 +1,4 @@
-// The GPU's recipe pass, run on the CPU: the kernels' arithmetic (recipes/group_math.h: where the
+// The GPU's recipe pass, run on the CPU: the kernels' arithmetic (fp8/group_math.h: where the
 // groups lie, each group's scale, each element's cast) walked one group after another as the
 // warps walk them, against the CPU replay (run_recipe_job) through the harness the CUDA suite
 // runs on a GPU. What a GPU adds to this is the lanes' split of the work and the order of the
@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "device/stats_device.h"
-#include "recipes/block_kernels.h"
-#include "recipes/group_math.h"
+#include "fp8/block_kernels.h"
+#include "fp8/group_math.h"
 #include "support/recipe_device_compare.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "collect/stats_collector.h"
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 #include "stats/tensor_stats.h"
 #include "support/simd_levels.h"
 

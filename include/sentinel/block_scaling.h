@@ -26,27 +26,6 @@
 namespace sentinel {
 namespace fp8 {
 
-enum class ScalingRecipe : uint8_t { Delayed, Current, MXFP8, NVFP4, Float8Block };
-
-SENTINEL_HOST_DEVICE constexpr const char* recipe_name(ScalingRecipe r) {
-  return r == ScalingRecipe::Delayed ? "delayed"
-         : r == ScalingRecipe::Current ? "current"
-         : r == ScalingRecipe::MXFP8   ? "mxfp8"
-         : r == ScalingRecipe::NVFP4   ? "nvfp4"
-                                       : "float8block";
-}
-
-// How an MXFP8 block's E8M0 exponent is chosen from its amax.
-//   RoundUp  (TransformerEngine, the default): 2^ceil(log2(amax / fp8_max)), so no element
-//            overflows: X = e8m0(amax * (1 / fp8_max)) rounded toward +inf, saturating.
-//   OcpFloor (OCP MX v1.0): 2^(floor(log2(amax)) - emax_elem), emax_elem = 8 (E4M3) or 15
-//            (E5M2), clamped below at 2^-127; elements above fp8_max saturate.
-enum class MxScaleRule : uint8_t { RoundUp, OcpFloor };
-
-SENTINEL_HOST_DEVICE constexpr const char* mx_scale_rule_name(MxScaleRule r) {
-  return r == MxScaleRule::RoundUp ? "round_up" : "ocp_floor";
-}
-
 constexpr int kMxBlock = 32;
 constexpr int kNvfp4Block = 16;
 constexpr int kFloat8Block = 128;  // Float8BlockScaling's block length and tile side

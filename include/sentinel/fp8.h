@@ -27,18 +27,10 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef SENTINEL_HOST_DEVICE
-#if defined(__CUDACC__)
-#define SENTINEL_HOST_DEVICE __host__ __device__
-#else
-#define SENTINEL_HOST_DEVICE
-#endif
-#endif
+#include "sentinel/fp8_types.h"
 
 namespace sentinel {
 namespace fp8 {
-
-enum class Format : uint8_t { E4M3, E5M2 };
 
 // Largest finite magnitude.
 SENTINEL_HOST_DEVICE constexpr float max_value(Format f) {
@@ -55,9 +47,6 @@ SENTINEL_HOST_DEVICE constexpr float min_subnormal(Format f) {
   return f == Format::E4M3 ? 0.001953125f : 1.52587890625e-05f;
 }
 
-SENTINEL_HOST_DEVICE constexpr const char* format_name(Format f) {
-  return f == Format::E4M3 ? "E4M3" : "E5M2";
-}
 
 namespace detail {
 

@@ -32,44 +32,6 @@
 namespace sentinel {
 namespace fp8 {
 
-// Which FP8 format each tensor role is cast to. HYBRID (TransformerEngine's
-// default) uses E4M3's precision for forward tensors and E5M2's range for
-// gradients.
-enum class FormatPolicy : uint8_t { E4M3, E5M2, HYBRID };
-
-// How the history is reduced to the amax that sets the scale.
-enum class AmaxAlgo : uint8_t { Max, MostRecent };
-
-// Role of a GEMM input tensor.
-enum class Role : uint8_t { Activation, Weight, Gradient };
-
-const char* role_name(Role role);
-
-// Recipe options with LibTorch-style chained setters:
-//   Recipe().format(FormatPolicy::E4M3).amax_history_len(16).margin(1)
-class Recipe {
- public:
-  Recipe& format(FormatPolicy v) { format_ = v; return *this; }
-  FormatPolicy format() const { return format_; }
-
-  // Number of steps the Max algorithm looks back over; must be >= 1.
-  Recipe& amax_history_len(int v) { amax_history_len_ = v; return *this; }
-  int amax_history_len() const { return amax_history_len_; }
-
-  Recipe& amax_compute_algo(AmaxAlgo v) { amax_compute_algo_ = v; return *this; }
-  AmaxAlgo amax_compute_algo() const { return amax_compute_algo_; }
-
-  // Headroom in powers of two: the scale maps amax to fp8_max / 2^margin.
-  Recipe& margin(int v) { margin_ = v; return *this; }
-  int margin() const { return margin_; }
-
- private:
-  FormatPolicy format_ = FormatPolicy::HYBRID;
-  int amax_history_len_ = 1024;
-  AmaxAlgo amax_compute_algo_ = AmaxAlgo::Max;
-  int margin_ = 0;
-};
-
 // The format a tensor of this role is cast to under the recipe.
 Format format_for(const Recipe& recipe, Role role);
 

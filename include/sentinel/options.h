@@ -6,8 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
-#include <sentinel/block_scaling.h>
-#include <sentinel/fp8_scaling.h>
+#include <sentinel/fp8_types.h>
 #include <string>
 #include <utility>
 #include <vector>

@@ -1,5 +1,6 @@
 #pragma once
 // Overflow Sentinel: the whole public API.
+#include <sentinel/block_scaling.h>
 #include <sentinel/detect.h>
 #include <sentinel/errors.h>
 #include <sentinel/fp8.h>

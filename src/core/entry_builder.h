@@ -3,7 +3,7 @@
 // statistics and FP8 probe in one read, and optional fp16/bf16 headroom.
 #include <ATen/core/Tensor.h>
 
-#include "core/fp8_monitor.h"
+#include "fp8/fp8_monitor.h"
 #include "frames/frame_record.h"
 #include "frames/stats_cache.h"
 #include "stats/tensor_stats.h"

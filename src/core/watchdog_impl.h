@@ -20,7 +20,7 @@
 #include "loggers/stats_loggers.h"
 #include "capture/thread_state.h"
 #include "frames/batch_state.h"
-#include "core/fp8_monitor.h"
+#include "fp8/fp8_monitor.h"
 #include "frames/frame_ring.h"
 #include "core/model_index.h"
 #include "frames/stats_cache.h"

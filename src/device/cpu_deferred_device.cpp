@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "device/stats_device.h"
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 
 namespace sentinel {
 namespace device {

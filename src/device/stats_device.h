@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "recipes/recipe_probe.h"
-#include "stats/fp8_probe_math.h"
-#include "stats/fp8_probe_result.h"
+#include "fp8/recipe_probe.h"
+#include "fp8/fp8_probe_math.h"
+#include "fp8/fp8_probe_result.h"
 #include "stats/tensor_stats.h"
 
 namespace at {

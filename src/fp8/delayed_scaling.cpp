@@ -10,15 +10,6 @@
 namespace sentinel {
 namespace fp8 {
 
-const char* role_name(Role role) {
-  switch (role) {
-    case Role::Activation: return "activation";
-    case Role::Weight: return "weight";
-    case Role::Gradient: return "gradient";
-  }
-  return "unknown";
-}
-
 Format format_for(const Recipe& recipe, Role role) {
   switch (recipe.format()) {
     case FormatPolicy::E4M3: return Format::E4M3;

@@ -25,15 +25,25 @@ inline constexpr Spelling<fp8::FormatPolicy> kFormats[] = {
     {"hybrid", fp8::FormatPolicy::HYBRID}, {"e4m3", fp8::FormatPolicy::E4M3}, {"e5m2", fp8::FormatPolicy::E5M2}};
 inline constexpr Spelling<fp8::AmaxAlgo> kAmaxAlgos[] = {{"max", fp8::AmaxAlgo::Max},
                                                          {"most_recent", fp8::AmaxAlgo::MostRecent}};
+// A recipe's, an MX rule's and a role's own name is the one reports write (<sentinel/fp8_types.h>).
+template <class E, const char* (*name_of)(E)>
+constexpr Spelling<E> named(E value) {
+  return {name_of(value), value};
+}
 inline constexpr Spelling<fp8::ScalingRecipe> kRecipes[] = {
-    {"delayed", fp8::ScalingRecipe::Delayed},         {"current", fp8::ScalingRecipe::Current},
-    {"mxfp8", fp8::ScalingRecipe::MXFP8},             {"nvfp4", fp8::ScalingRecipe::NVFP4},
-    {"float8block", fp8::ScalingRecipe::Float8Block}, {"float8blockscaling", fp8::ScalingRecipe::Float8Block},
+    named<fp8::ScalingRecipe, fp8::recipe_name>(fp8::ScalingRecipe::Delayed),
+    named<fp8::ScalingRecipe, fp8::recipe_name>(fp8::ScalingRecipe::Current),
+    named<fp8::ScalingRecipe, fp8::recipe_name>(fp8::ScalingRecipe::MXFP8),
+    named<fp8::ScalingRecipe, fp8::recipe_name>(fp8::ScalingRecipe::NVFP4),
+    named<fp8::ScalingRecipe, fp8::recipe_name>(fp8::ScalingRecipe::Float8Block),
+    {"float8blockscaling", fp8::ScalingRecipe::Float8Block},
     {"float8_block", fp8::ScalingRecipe::Float8Block}};
-inline constexpr Spelling<fp8::MxScaleRule> kMxScaleRules[] = {{"round_up", fp8::MxScaleRule::RoundUp},
-                                                               {"ocp_floor", fp8::MxScaleRule::OcpFloor}};
-inline constexpr Spelling<fp8::Role> kRoles[] = {
-    {"activation", fp8::Role::Activation}, {"gradient", fp8::Role::Gradient}, {"weight", fp8::Role::Weight}};
+inline constexpr Spelling<fp8::MxScaleRule> kMxScaleRules[] = {
+    named<fp8::MxScaleRule, fp8::mx_scale_rule_name>(fp8::MxScaleRule::RoundUp),
+    named<fp8::MxScaleRule, fp8::mx_scale_rule_name>(fp8::MxScaleRule::OcpFloor)};
+inline constexpr Spelling<fp8::Role> kRoles[] = {named<fp8::Role, fp8::role_name>(fp8::Role::Activation),
+                                                 named<fp8::Role, fp8::role_name>(fp8::Role::Gradient),
+                                                 named<fp8::Role, fp8::role_name>(fp8::Role::Weight)};
 inline constexpr Spelling<Stat> kStats[] = {
     {"min", Stat::Min},
     {"max", Stat::Max},

@@ -1,6 +1,6 @@
 #pragma once
 // Which instruction-set variant the statistics and FP8 loops run: each loop is compiled once per
-// level (src/stats/simd_kernels.h, src/stats/fp8_probe.cpp) and dispatched here. The CPU's best
+// level (src/stats/simd_kernels.h, src/fp8/fp8_probe.cpp) and dispatched here. The CPU's best
 // level is the default; tests force every level the CPU can run, so that no variant - the
 // baseline above all - goes untested on a machine that would never pick it.
 #include <optional>

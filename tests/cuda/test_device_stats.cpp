@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cuda/device_stats.h"
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 #include "stats/tensor_stats.h"
 #include "support/expect_stats.h"
 

@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "recipes/block_probe.h"
-#include "recipes/recipe_probe.h"
+#include "fp8/block_probe.h"
+#include "fp8/recipe_probe.h"
 #include "stats/tensor_stats.h"
 #include "support/test_paths.h"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "device/stats_device.h"
-#include "recipes/group_math.h"
-#include "recipes/recipe_probe.h"
+#include "fp8/group_math.h"
+#include "fp8/recipe_probe.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel_test {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "recipes/block_probe.h"
+#include "fp8/block_probe.h"
 
 namespace sentinel {
 namespace recipes {

@@ -1,5 +1,5 @@
 #pragma once
-// fp8_round_scaled (stats/fp8_probe_math.h) on the lanes of a GCC vector: the same magic-number
+// fp8_round_scaled (fp8/fp8_probe_math.h) on the lanes of a GCC vector: the same magic-number
 // rounding in the same operations, for the SIMD loops of the FP8 probe and the block recipes.
 // CPU only (the GPU kernels use the scalar form).
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "recipes/block_probe.h"
+#include "fp8/block_probe.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
@@ -11,8 +11,8 @@
 #include "stats/read_only_data.h"
 #include <vector>
 
-#include "recipes/block_kernels.h"
-#include "recipes/group_math.h"
+#include "fp8/block_kernels.h"
+#include "fp8/group_math.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {

@@ -1,4 +1,4 @@
-#include "recipes/block_kernels.h"
+#include "fp8/block_kernels.h"
 
 #include <sentinel/microscaling.h>
 
@@ -8,8 +8,8 @@
 #include <cstring>
 #include <utility>
 
-#include "recipes/block_lanes.h"
-#include "stats/fp8_round_lanes.h"
+#include "fp8/block_lanes.h"
+#include "fp8/fp8_round_lanes.h"
 #include "stats/isa.h"
 #include "stats/simd_level.h"
 

@@ -6,7 +6,7 @@
 #include <array>
 #include <cstdint>
 
-#include "stats/fp8_probe_result.h"
+#include "fp8/fp8_probe_result.h"
 
 namespace at {
 class Tensor;

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <type_traits>
 
-#include "recipes/block_kernels.h"
-#include "recipes/block_lanes.h"
-#include "stats/fp8_round_lanes.h"
+#include "fp8/block_kernels.h"
+#include "fp8/block_lanes.h"
+#include "fp8/fp8_round_lanes.h"
 #include "stats/isa.h"
 #include "stats/simd_level.h"
 

@@ -5,7 +5,7 @@
 #include <sentinel/fp8.h>
 #include <sentinel/stats.h>
 
-#include "stats/fp8_probe_result.h"
+#include "fp8/fp8_probe_result.h"
 #include "stats/stats_accumulator.h"
 #include "stats/tensor_stats.h"
 

@@ -8,14 +8,14 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "stats/fp8_probe_math.h"
-#include "stats/fp8_probe_result.h"
+#include "fp8/fp8_probe_math.h"
+#include "fp8/fp8_probe_result.h"
 
 namespace sentinel {
 namespace recipes {
 
 // An element format's rounding and thresholds are stats::Fp8ProbeParams with scale 1 (the
-// magic-number cast of stats/fp8_probe_math.h): the blocks' own factors scale the elements.
+// magic-number cast of fp8/fp8_probe_math.h): the blocks' own factors scale the elements.
 stats::Fp8ProbeParams element_format(fp8::Format f);
 stats::Fp8ProbeParams e2m1_format();
 

@@ -2,6 +2,7 @@
 // FP8 bring-up: per slot (module path x role) and step, what delayed scaling would do to the GEMM
 // inputs of the selected layers. Fed from the same read as the frame statistics; a step ends
 // when its batch ends (inference) or after its backward (training).
+#include <sentinel/fp8_scaling.h>
 #include <sentinel/options.h>
 #include <sentinel/report.h>
 
@@ -12,9 +13,9 @@
 #include <vector>
 
 #include "frames/string_table.h"
-#include "recipes/recipe_probe.h"
-#include "stats/fp8_probe.h"
-#include "stats/fp8_probe_math.h"
+#include "fp8/recipe_probe.h"
+#include "fp8/fp8_probe.h"
+#include "fp8/fp8_probe_math.h"
 #include "stats/tensor_stats.h"
 
 namespace at {

@@ -11,8 +11,8 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "recipes/block_probe.h"
-#include "stats/fp8_probe_math.h"
+#include "fp8/block_probe.h"
+#include "fp8/fp8_probe_math.h"
 
 namespace sentinel {
 namespace recipes {

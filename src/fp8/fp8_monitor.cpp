@@ -1,4 +1,4 @@
-#include "core/fp8_monitor.h"
+#include "fp8/fp8_monitor.h"
 
 #include <sentinel/errors.h>
 

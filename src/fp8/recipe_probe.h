@@ -1,14 +1,15 @@
 #pragma once
 // The recipes beside delayed scaling (current, mxfp8, nvfp4, float8block) on one GEMM operand, and their
-// metrics per slot and step. The FP8 monitor (core/fp8_monitor.h) keeps one tally per recipe
+// metrics per slot and step. The FP8 monitor (fp8/fp8_monitor.h) keeps one tally per recipe
 // in each slot. Internal.
+#include <sentinel/block_scaling.h>
 #include <sentinel/options.h>
 #include <sentinel/report.h>
 #include <sentinel/stats.h>
 
 #include <string>
 
-#include "recipes/block_probe.h"
+#include "fp8/block_probe.h"
 
 namespace at {
 class Tensor;

@@ -40,7 +40,7 @@ SENTINEL_HOST_DEVICE inline float fp8_round_scaled(float a, const Fp8ProbeParams
 // x * scale rounded to float on its own, as a cast sees it: nvcc would otherwise fuse the product
 // into the rounding's first addition (a fused multiply-add rounds once, and differently). On the
 // host the product has another use (its exponent bits choose the rounding's magic), which keeps
-// GCC from fusing it where contraction is on (src/stats/fp8_probe.cpp).
+// GCC from fusing it where contraction is on (src/fp8/fp8_probe.cpp).
 SENTINEL_HOST_DEVICE inline float rounded_product(float x, float scale) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(x, scale);

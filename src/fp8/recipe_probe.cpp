@@ -1,9 +1,9 @@
-#include "recipes/recipe_probe.h"
+#include "fp8/recipe_probe.h"
 
 #include <ATen/core/Tensor.h>
 
-#include "recipes/operand_layout.h"
-#include "stats/fp8_probe.h"
+#include "fp8/operand_layout.h"
+#include "fp8/fp8_probe.h"
 
 namespace sentinel {
 namespace recipes {

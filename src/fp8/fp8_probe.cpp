@@ -1,12 +1,12 @@
-#include "stats/fp8_probe.h"
+#include "fp8/fp8_probe.h"
 
 #include <ATen/core/Tensor.h>
 
 #include <cmath>
 #include <limits>
 
-#include "stats/fp8_probe_math.h"
-#include "stats/fp8_round_lanes.h"
+#include "fp8/fp8_probe_math.h"
+#include "fp8/fp8_round_lanes.h"
 #include "stats/simd_kernels.h"
 #include "stats/tensor_stats.h"
 #include "stats/tensor_walk.h"

@@ -1,12 +1,9 @@
-// Watchdog lifetime, batches, and what happens at a trip.
+// Watchdog lifetime, batches, and what happens at a trip (its delivery: src/core/delivery.h).
 #include <sentinel/watchdog.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <ostream>
 #include <regex>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 
 #include <fmt/format.h>
 
@@ -27,7 +24,7 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       collector(opts.stats_collections()),
       dumper(opts.dumps(), opts.log_dir()),
       ranks(std::make_unique<ranks::RankSession>(opts.ranks())),
-      files_dir(ranks->files_dir(opts.report_dir())) {
+      delivery(opts, ranks->files_dir(opts.report_dir())) {
   anchor = std::make_shared<capture::SessionAnchor>(this);
   capture::bind_to_this_thread(anchor);
 }
@@ -100,7 +97,7 @@ void Watchdog::Impl::frame_failed(frames::FrameRecord& f, const char* what, bool
     std::unique_lock<std::mutex> lock(mutex);
     collect_side_reads(f);
     if (f.error == 0) f.error = strings.intern(what);
-    if (keep || f.finished || stopped || !batches.open()) return;
+    if (keep || f.finished || delivery.stopped() || !batches.open()) return;
     // The end failed: the frame is kept with what it holds, and detection runs on it.
     finish_frame(f, lock);
   } catch (...) {
@@ -117,10 +114,8 @@ void Watchdog::Impl::callback_failed(const char* what) noexcept {
 
 void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // what is left of the last batch (a backward after it, a graph capture)
-  snapshot_trace_locked();
-  trace_frames.clear();
-  trace_frames_written = 0;
-  if (stopped) return;
+  snapshot_trace_locked(/*next_batch=*/true);
+  if (delivery.stopped()) return;
   close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
   clear_stats_cache_locked();
@@ -147,44 +142,27 @@ void Watchdog::Impl::clear_stats_cache_locked() {
 
 void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // the batch's deferred frames: detection before the batch is over
-  snapshot_trace_locked();
+  snapshot_trace_locked(/*next_batch=*/false);
   const int64_t finished = batches.current();
   clear_stats_cache_locked();  // releases the weak references
   // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
   // after the backward (check_parameter_gradients) or when the next batch begins.
   if (forward_ops.empty()) close_fp8_step_locked();
-  if (batches.end() && !pending) {
-    pending = std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished)));
-    stopped = true;
+  if (batches.end()) {
+    delivery.hold_error(
+        std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished))),
+        /*stop=*/true);
   }
 }
 
-void Watchdog::Impl::snapshot_trace_locked() {
-  if (trace_frames.size() <= trace_frames_written) return;
-  Report r;
-  r.kind = "trace";
-  r.batch_number = trace_frames.front().batch_number;
-  r.frames = trace_frames;
-  stamp_rank(r);
-  trace_frames_written = trace_frames.size();
-  pending_trace = std::move(r);
-}
-
-void Watchdog::Impl::write_pending_trace() {
-  std::optional<Report> trace;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::swap(trace, pending_trace);
-  }
-  if (!trace) return;
-  const std::string error = report::write_report_files(files_dir, *trace, render_text(*trace));
-  if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
+void Watchdog::Impl::snapshot_trace_locked(bool next_batch) {
+  delivery.snapshot_trace([this](Report& r) { stamp_rank(r); }, next_batch);
 }
 
 void Watchdog::Impl::begin_auto_batch() {
   {
     std::unique_lock<std::mutex> lock(mutex);
-    if (!stopped) begin_batch_locked(lock);
+    if (!delivery.stopped()) begin_batch_locked(lock);
   }
   deliver_step_outcome();
 }
@@ -251,17 +229,17 @@ void Watchdog::Impl::close_fp8_step_locked() {
   if (fp8.enabled() && fp8.step_open()) {
     std::vector<Fp8Alarm> alarms;
     last_fp8_metrics = step_metrics = fp8.end_step(alarms);
-    if (!files_dir.empty()) {
-      std::string error = report::append_fp8_metrics(files_dir, last_fp8_metrics);
+    if (!delivery.files_dir().empty()) {
+      std::string error = report::append_fp8_metrics(delivery.files_dir(), last_fp8_metrics);
       if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
     }
-    if (!alarms.empty() && !pending_alarm) {
+    if (!alarms.empty()) {
       Report r;
       r.kind = "fp8_alarm";
       r.batch_number = alarms.front().metrics.step;
       r.fp8_alarms = std::move(alarms);
       r.fp8_metrics = last_fp8_metrics;
-      pending_alarm = std::move(r);
+      delivery.hold_alarm(std::move(r));
     }
   }
   if (collector.step_open()) {
@@ -284,63 +262,43 @@ void Watchdog::Impl::deliver_step_outcome() {
   // May run inside a RecordFunction callback (TorchScript batches): what the user's callback
   // does must not be recorded as the model's ops.
   capture::NotRecorded not_recorded;
-  write_pending_trace();
-  deliver_stats();  // before an alarm whose action may abort
-  std::optional<Report> alarm;
-  const Action action = opts.fp8().alarm_action();
+  std::optional<Report> trace, alarm;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    std::swap(alarm, pending_alarm);
-    if (!alarm) return;
+    trace = delivery.take_trace();
   }
+  if (trace) delivery.write_trace(*trace);
+  deliver_stats();  // before an alarm whose action may abort
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    alarm = delivery.take_alarm();
+  }
+  if (!alarm) return;
   const std::string text = render_text(*alarm);
+  const Action action = opts.fp8().alarm_action();
   if (action == Action::Throw) {
     std::lock_guard<std::mutex> lock(mutex);
-    if (!pending) pending = std::make_exception_ptr(Fp8AlarmError(*alarm, text));
+    delivery.hold_error(std::make_exception_ptr(Fp8AlarmError(*alarm, text)), /*stop=*/false);
   }
-  std::ostream& out = opts.output();
-  if (action != Action::Callback) out << text << std::flush;
-  if (!files_dir.empty()) {
-    std::string error = report::write_report_files(files_dir, *alarm, text);
-    if (!error.empty()) out << "sentinel: " << error << "\n" << std::flush;
-  }
-  if (action == Action::Abort) {
-    std::cerr << "sentinel: FP8 alarm, aborting (Action::Abort)\n" << std::flush;
-    std::abort();
-  }
-  if (action == Action::Callback && opts.callback()) {
-    try {
-      opts.callback()(*alarm);
-    } catch (const std::exception& e) {
-      out << "sentinel: the report callback threw: " << e.what() << "\n" << std::flush;
-    } catch (...) {
-      out << "sentinel: the report callback threw a non-standard exception\n" << std::flush;
-    }
-  }
+  delivery.act(*alarm, text, action, "FP8 alarm");
 }
 
 bool Watchdog::Impl::has_pending() {
   std::lock_guard<std::mutex> lock(mutex);
-  return pending != nullptr;
+  return delivery.has_pending();
 }
 
 void Watchdog::Impl::throw_pending() {
-  const bool due = has_pending();
   // A safe point where something tripped: the other ranks hear of it before it is thrown.
-  if (due) announce_trip();
+  if (has_pending()) announce_trip();
   std::exception_ptr e;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    std::swap(e, pending);
-    pending_is_report = false;
-    stopped = false;
-  }
-  if (!e) return;
   int64_t batch = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);
+    e = delivery.take_pending();
     batch = batches.current();
   }
+  if (!e) return;
   ranks->leave(batch);  // exchanges this rank will miss take its last record instead of waiting
   std::rethrow_exception(e);
 }
@@ -362,40 +320,11 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::Fram
 }
 
 void Watchdog::Impl::deliver(Report report, std::unique_lock<std::mutex>& lock) {
-  reported_batch = report.batch_number;
-  last_report = report;
-  const std::string text = render_text(report);
-  const Action action = opts.action();
-  if (action == Action::Throw) {
-    pending = report.kind == "ranks_missing" ? std::make_exception_ptr(RanksMissingError(report, text))
-                                             : std::make_exception_ptr(NonFiniteError(report, text));
-    pending_is_report = true;
-    stopped = true;
-  }
+  const std::string text = delivery.record(report);
   lock.unlock();  // files and user callbacks run without the lock
-
-  std::ostream& out = opts.output();
-  if (action != Action::Callback) out << text << std::flush;
-  if (!files_dir.empty()) {
-    std::string error = report::write_report_files(files_dir, report, text);
-    if (!error.empty()) out << "sentinel: " << error << " (the report above is complete)\n" << std::flush;
-  }
-  if (action == Action::Abort) {
-    std::cerr << "sentinel: " << (report.kind == "ranks_missing" ? "ranks did not answer" : "inf/nan detected")
-              << ", aborting (Action::Abort)\n"
-              << std::flush;
-    ranks->leave(report.batch_number);
-    std::abort();
-  }
-  if (action == Action::Callback && opts.callback()) {
-    try {
-      opts.callback()(report);
-    } catch (const std::exception& e) {
-      out << "sentinel: the report callback threw: " << e.what() << "\n" << std::flush;
-    } catch (...) {
-      out << "sentinel: the report callback threw a non-standard exception\n" << std::flush;
-    }
-  }
+  const bool missing = report.kind == "ranks_missing";
+  delivery.act(report, text, opts.action(), missing ? "ranks did not answer" : "inf/nan detected",
+               [&] { ranks->leave(report.batch_number); });
 }
 
 }  // namespace sentinel

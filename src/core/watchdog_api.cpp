@@ -17,7 +17,7 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
   if (!model) throw OptionError("sentinel::Watchdog: the model is null");
   options.validate();
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
-  report::prepare_report_dir(impl->files_dir);
+  report::prepare_report_dir(impl->delivery.files_dir());
   impl->index =
       std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
   impl->attach_collections();
@@ -29,7 +29,7 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
 Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
   options.validate();
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
-  report::prepare_report_dir(impl->files_dir);
+  report::prepare_report_dir(impl->delivery.files_dir());
   impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
   impl->attach_collections();
   if (!impl->opts.keep_torchscript_fusion()) impl->fusion_off = std::make_unique<torchscript::FusionOff>(&model);
@@ -85,7 +85,7 @@ int64_t Watchdog::batch_number() const {
 
 std::optional<Report> Watchdog::last_report() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->last_report;
+  return impl_->delivery.last_report();
 }
 
 std::vector<Frame> Watchdog::saved_frames() const {

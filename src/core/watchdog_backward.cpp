@@ -23,7 +23,7 @@ using frames::Role;
 
 bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState&) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (stopped) return false;
+  if (delivery.stopped()) return false;
   // AccumulateGrad only adds a finished gradient into a parameter's .grad: that gradient was an
   // output of the node before it, and check_parameter_gradients() names it by parameter.
   if (std::strstr(fn.name(), "AccumulateGrad") != nullptr) return false;
@@ -62,7 +62,7 @@ bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord&
 
 void Watchdog::Impl::backward_op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState&) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (stopped) return;
+  if (delivery.stopped()) return;
   c10::InferenceMode no_autograd;
   if (core::returns_uninitialized(fn.name())) return;  // a buffer the node fills next
   // What the node's own ops return is what it produces: the gradients it passes on.
@@ -74,13 +74,13 @@ void Watchdog::Impl::backward_op_end(const capture::OpCall& fn, FrameRecord& f, 
 
 void Watchdog::Impl::backward_node_end(FrameRecord& f, capture::ThreadState&) {
   std::unique_lock<std::mutex> lock(mutex);
-  if (stopped) return;
+  if (delivery.stopped()) return;
   finish_frame(f, lock);
 }
 
 void Watchdog::Impl::check_parameter_gradients() {
   std::unique_lock<std::mutex> lock(mutex);
-  if (stopped || !index) return;
+  if (delivery.stopped() || !index) return;
   backward_in_batch = false;
   backward_ran_in_batch = true;
   capture::NotRecorded no_recursion;
@@ -88,7 +88,7 @@ void Watchdog::Impl::check_parameter_gradients() {
   const uint32_t op = strings.intern("AccumulateGrad");
   FrameRecord f;
   auto flush = [&] {
-    if (f.entry_count + f.entries_omitted > 0 && !stopped) finish_frame(f, lock);
+    if (f.entry_count + f.entries_omitted > 0 && !delivery.stopped()) finish_frame(f, lock);
     if (!lock.owns_lock()) lock.lock();  // a trip unlocks to report
   };
   uint32_t place = UINT32_MAX;

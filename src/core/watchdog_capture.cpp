@@ -156,7 +156,7 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts) {
 
 bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (stopped || !batches.open()) return false;
+  if (delivery.stopped() || !batches.open()) return false;
   // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
   uint32_t name_id;
   if (auto op = fn.operator_name()) {
@@ -252,7 +252,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
 void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
   collect_side_reads(f);  // before the op's arguments can change again
-  if (stopped || !batches.open()) return;  // (the capture layer releases the held arguments)
+  if (delivery.stopped() || !batches.open()) return;  // (the capture layer releases the held arguments)
   c10::InferenceMode no_autograd;
 
   bool any_tensor = false;
@@ -299,7 +299,7 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
 std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {
   auto& ending = capture::thread_state().ending_op;
   if (ending.frame != &f || f.direction != static_cast<uint8_t>(Direction::Forward)) return "";
-  const std::string dir = (std::filesystem::path(files_dir) / fmt::format("sentinel_batch{}_dump", batch)).string();
+  const std::string dir = (std::filesystem::path(delivery.files_dir()) / fmt::format("sentinel_batch{}_dump", batch)).string();
   dumps::OpDump op{ending.op, ending.overload, places.path(f.place), batch, ending.in_place};
   const std::string error =
       dumps::save_op_dump(dir, op, ending.inputs, std::vector<c10::IValue>(ending.outputs.begin(), ending.outputs.end()));
@@ -350,12 +350,12 @@ void Watchdog::Impl::process_frame(FrameRecord& f, std::unique_lock<std::mutex>&
   ring.push(f);
   if (opts.headroom()) note_headroom(f);
   if (batches.is_traced(f.batch_number)) {
-    Frame frame = to_frame(f);
+    const Frame frame = to_frame(f);
     opts.output() << render_frame_text(frame) << std::flush;
-    if (!files_dir.empty()) trace_frames.push_back(std::move(frame));
+    delivery.trace_frame(frame);
     return;
   }
-  if (!f.finite() && reported_batch != f.batch_number) trip(lock, &f);
+  if (delivery.trips(f)) trip(lock, &f);
 }
 
 }  // namespace sentinel

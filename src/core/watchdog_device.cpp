@@ -209,7 +209,7 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
   }
   device_reads.read_back(*device, first_slot, end_slot);
   device_counters.readbacks += device->synchronisations() - syncs_before;
-  for (size_t i = 0; i < frames.size() && !stopped; ++i) {  // after a trip that stops the run: no more
+  for (size_t i = 0; i < frames.size() && !delivery.stopped(); ++i) {  // after a trip that stops the run: no more
     detecting_late = !(last_is_current && i + 1 == frames.size());
     process_frame(frames[i], lock);
     if (!lock.owns_lock()) lock.lock();

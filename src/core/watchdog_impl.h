@@ -16,6 +16,7 @@
 #include "capture/op_call.h"
 #include "capture/session.h"
 #include "collect/stats_collector.h"
+#include "core/delivery.h"
 #include "dumps/tensor_dumps.h"
 #include "loggers/stats_loggers.h"
 #include "capture/thread_state.h"
@@ -87,7 +88,7 @@ struct Watchdog::Impl final : capture::Session {
   void close_explicit_batch();
   void throw_pending();
   bool has_pending();
-  // Closes the open step (lock held): FP8 metrics, log, alarms into pending_alarm; the
+  // Closes the open step (lock held): FP8 metrics, log, alarms held by `delivery`; the
   // collections' statistics into pending_stats for the loggers.
   void close_fp8_step_locked();
   // After the model is indexed: the collections' layers checked, the loggers opened.
@@ -105,9 +106,8 @@ struct Watchdog::Impl final : capture::Session {
 
   // trace_batch_nums with files: the traced batch's frames become a trace report, written
   // (sentinel_trace_batch<N>.*) when the batch ends, and again at the next batch's start if frames
-  // came after it (a backward after a TorchScript batch).
-  void snapshot_trace_locked();
-  void write_pending_trace();
+  // came after it (a backward after a TorchScript batch). `next_batch`: one begins.
+  void snapshot_trace_locked(bool next_batch);
 
   Frame to_frame(const frames::FrameRecord& f) const;
   Report build_report() const;
@@ -131,11 +131,7 @@ struct Watchdog::Impl final : capture::Session {
   frames::StatsCache stats_cache;   // tensors already read in this batch (and kept parameters)
   core::Fp8Monitor fp8;
   std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
-  std::optional<Report> pending_alarm;           // an FP8 alarm report awaiting its action
   HeadroomSummary headroom_summary;              // Options::headroom
-  std::vector<Frame> trace_frames;               // of the traced batch, when files are written
-  size_t trace_frames_written = 0;
-  std::optional<Report> pending_trace;           // to write, without the lock
   collect::StatsCollector collector;             // Options::stats_collections
   std::unique_ptr<loggers::LoggerSet> loggers;
   std::vector<StatRecord> last_stats;            // of the last closed step
@@ -165,18 +161,15 @@ struct Watchdog::Impl final : capture::Session {
 
   // Many ranks: identity, per-rank files, the exchanges (src/core/watchdog_ranks.cpp).
   std::unique_ptr<ranks::RankSession> ranks;
-  std::string files_dir;           // where report files go: report_dir, or report_dir/rank<R>
+  // Detection's rule, the actions, the error held for the next safe point, traces; report files
+  // go to report_dir, or report_dir/rank<R> (src/core/delivery.h).
+  core::Delivery delivery;
   // check_parameter_gradients runs after the user's own code (read by trip() on any thread)
   std::atomic<bool> grads_at_batch_end{false};
   bool backward_ran_in_batch = false;  // what is made after it is the gradients' (all-reduce)
-  bool pending_is_report = false;  // `pending` carries last_report (updated by an exchange)
   std::optional<RankAgreement> reported_agreement;  // what the last rank report said
 
   mutable std::mutex mutex;
-  std::exception_ptr pending;     // thrown at the next safe point
-  bool stopped = false;           // a trip or abort is pending: record nothing more
-  int64_t reported_batch = -1;    // Warn/Callback report once per batch
-  std::optional<Report> last_report;
   // How other threads reach this session: closed (waiting for their callbacks) before the rest
   // of it is destroyed.
   std::shared_ptr<capture::SessionAnchor> anchor;
@@ -197,11 +190,11 @@ struct Watchdog::Impl final : capture::Session {
   // Options::dumps.on_detection: the op now ending, if `f` is its frame; "" or the directory.
   std::string dump_tripping_op(const frames::FrameRecord& f, int64_t batch);
   // DumpOptions::on_detection with somewhere to write: each op's arguments are held until its end.
-  bool dumps_on_trip() const { return opts.dumps().on_detection() && !files_dir.empty(); }
+  bool dumps_on_trip() const { return opts.dumps().on_detection() && !delivery.files_dir().empty(); }
   // This rank's rank fields, and its first inf/nan as the other ranks will hear of it.
   void stamp_rank(Report& report);
-  // Records the report, then runs the action: prints it, writes its files, calls back or makes
-  // the pending error. Unlocks.
+  // Records the report (under Action::Throw, as the pending error), then runs its action without
+  // the lock: prints it, writes its files, aborts or calls back. Unlocks.
   void deliver(Report report, std::unique_lock<std::mutex>& lock);
   // An exchange's news for this rank (lock held; may unlock to deliver).
   void act_on_agreement(const RankAgreement& agreement, std::unique_lock<std::mutex>& lock);

@@ -139,24 +139,19 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& agreed, std::unique_l
   if (!news) return;
   reported_agreement = a;
 
-  if (ranks->own_trip() && last_report && last_report->kind == "nonfinite") {
-    // This rank's report is written: it gains what the others said, in place and in its files.
-    Report& r = *last_report;
-    r.ranks = a;
-    const std::string text = render_text(r);
-    if (pending && pending_is_report) pending = std::make_exception_ptr(NonFiniteError(r, text));
-    const Report updated = r;
+  // This rank's report is written: it gains what the others said, in place and in its files.
+  if (const auto amended = ranks->own_trip() ? delivery.amend_last_report(a) : std::nullopt) {
     lock.unlock();
     // With Action::Callback nothing is printed; last_report() has the completed report.
-    if (opts.action() != Action::Callback) out << render_ranks_text(updated) << std::flush;
-    if (!files_dir.empty()) {
-      const std::string error = report::write_report_files(files_dir, updated, text);
+    if (opts.action() != Action::Callback) out << render_ranks_text(amended->first) << std::flush;
+    if (!delivery.files_dir().empty()) {
+      const std::string error = report::write_report_files(delivery.files_dir(), amended->first, amended->second);
       if (!error.empty()) out << "sentinel: " << error << "\n" << std::flush;
     }
     lock.lock();
     return;
   }
-  if (stopped && pending_is_report) return;  // a report is already on its way to the user
+  if (delivery.pending_is_report()) return;  // a report is already on its way to the user
   if (!a.first && a.missing.empty()) {  // trouble, but nobody to stop for
     out << "sentinel: rank " << ranks->identity().rank << ": " << a.problem << "\n" << std::flush;
     return;

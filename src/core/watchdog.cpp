@@ -20,36 +20,11 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       index(std::move(model_index)),
       ring(static_cast<size_t>(opts.max_frames_to_save())),
       batches(opts.trace_batch_nums(), opts.abort_after_batch_num()),
-      fp8(collect::fp8_options_for(opts)),
-      collector(opts.stats_collections()),
-      dumper(opts.dumps(), opts.log_dir()),
-      ranks(std::make_unique<ranks::RankSession>(opts.ranks())),
-      delivery(opts, ranks->files_dir(opts.report_dir())) {
+      observers(opts),
+      ranks(opts.ranks()),
+      delivery(opts, ranks.session().files_dir(opts.report_dir())) {
   anchor = std::make_shared<capture::SessionAnchor>(this);
   capture::bind_to_this_thread(anchor);
-}
-
-void Watchdog::Impl::attach_collections() {
-  const auto& modules = index->module_paths();
-  collector.check_layers(modules);
-  if (fp8.enabled()) {
-    // A layer selection that selects nothing is a mistake (a typo, another model's names): said
-    // now rather than discovered after a long run with no metrics.
-    const std::regex layers(fp8.options().layers(), std::regex::ECMAScript);
-    if (std::none_of(modules.begin(), modules.end(), [&](const std::string& p) { return std::regex_match(p, layers); })) {
-      throw OptionError(fmt::format("sentinel: fp8 layers '{}' match none of the model's {} modules",
-                                    fp8.options().layers(), modules.size()));
-    }
-  }
-  if (!collector.enabled() && opts.custom_loggers().empty() && !dumper.enabled()) return;
-  std::vector<std::string> lines = collector.describe(modules);
-  if (dumper.enabled()) {
-    lines.push_back(fmt::format("save_tensor: layers '{}' freq {} start_step {} end_step {} into {} (max_bytes {})",
-                                opts.dumps().layers(), opts.dumps().freq(), opts.dumps().start_step(),
-                                opts.dumps().end_step(), dumper.dir(), opts.dumps().max_bytes()));
-  }
-  const auto& id = ranks->identity();
-  loggers = std::make_unique<loggers::LoggerSet>(opts, id.rank, id.world_size, lines);
 }
 
 Watchdog::Impl::~Impl() {
@@ -68,7 +43,7 @@ Watchdog::Impl::~Impl() {
     // the last step's statistics and FP8 alarm (a step whose next batch never came) delivered.
     resolve_deferred(lock);
     if (!lock.owns_lock()) lock.lock();
-    close_fp8_step_locked();
+    close_step_locked();
   } catch (const std::exception& e) {
     say(e.what());
   } catch (...) {
@@ -76,7 +51,7 @@ Watchdog::Impl::~Impl() {
   }
   try {
     deliver_step_outcome();
-    if (loggers) loggers->flush(opts.output());
+    observers.flush_loggers();
   } catch (const std::exception& e) {
     say(e.what());
   } catch (...) {
@@ -84,7 +59,7 @@ Watchdog::Impl::~Impl() {
   }
   try {
     // The other ranks stop waiting for this one; destroyed by an exception, it left mid-batch.
-    ranks->leave(batches.current(), std::uncaught_exceptions() > 0);
+    ranks.session().leave(batches.current(), std::uncaught_exceptions() > 0);
   } catch (...) {
   }
   // A watchdog kept in a static or thread_local object outlives this thread's state: nothing of
@@ -95,7 +70,7 @@ Watchdog::Impl::~Impl() {
 void Watchdog::Impl::frame_failed(frames::FrameRecord& f, const char* what, bool keep) noexcept {
   try {
     std::unique_lock<std::mutex> lock(mutex);
-    collect_side_reads(f);
+    readers.beside.collect(f);
     if (f.error == 0) f.error = strings.intern(what);
     if (keep || f.finished || delivery.stopped() || !batches.open()) return;
     // The end failed: the frame is kept with what it holds, and detection runs on it.
@@ -116,15 +91,15 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // what is left of the last batch (a backward after it, a graph capture)
   snapshot_trace_locked(/*next_batch=*/true);
   if (delivery.stopped()) return;
-  close_fp8_step_locked();  // whatever the last step left open (a backward after its batch)
+  close_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
   clear_stats_cache_locked();
   core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
   backward_in_batch = false;
-  backward_ran_in_batch = false;
+  ranks.backward_ran_in_batch = false;
   if (batches.begin()) {
-    opts.output() << batch_header(batches.current(), ranks->distributed() ? ranks->identity().rank : -1)
+    opts.output() << batch_header(batches.current(), ranks.session().distributed() ? ranks.session().identity().rank : -1)
                   << std::flush;
   }
 }
@@ -132,11 +107,11 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
 void Watchdog::Impl::clear_stats_cache_locked() {
   if (opts.reuse_unchanged_parameter_reads() && index) {
     auto tensor_of = [](const auto& param) -> const at::Tensor& { return param.first; };
-    stats_cache.clear_except(index->params(), tensor_of);
-    device_reads.clear_except(index->params(), tensor_of);
+    readers.cpu.cache().clear_except(index->params(), tensor_of);
+    readers.device.reads().clear_except(index->params(), tensor_of);
   } else {
-    stats_cache.clear();
-    device_reads.clear();
+    readers.cpu.cache().clear();
+    readers.device.reads().clear();
   }
 }
 
@@ -147,7 +122,7 @@ void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
   clear_stats_cache_locked();  // releases the weak references
   // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
   // after the backward (check_parameter_gradients) or when the next batch begins.
-  if (forward_ops.empty()) close_fp8_step_locked();
+  if (forward_ops.empty()) close_step_locked();
   if (batches.end()) {
     delivery.hold_error(
         std::make_exception_ptr(AbortAfterBatch(finished, opts.abort_after_batch_num().value_or(finished))),
@@ -204,7 +179,7 @@ void Watchdog::Impl::end_explicit_batch(bool unwinding) {
                   << std::flush;
   } catch (...) {
   }
-  ranks->leave(batches.current(), /*aborted=*/true);
+  ranks.session().leave(batches.current(), /*aborted=*/true);
 }
 
 void Watchdog::Impl::close_explicit_batch() {
@@ -212,9 +187,9 @@ void Watchdog::Impl::close_explicit_batch() {
   // also closes its FP8 step).
   if (backward_in_batch) {
     // After the user's own code (a gradient all-reduce): what is non-finite now came from there.
-    grads_at_batch_end = true;
+    ranks.grads_at_batch_end = true;
     check_parameter_gradients();
-    grads_at_batch_end = false;
+    ranks.grads_at_batch_end = false;
   }
   capture::pop_batch(anchor.get());
   {
@@ -224,38 +199,8 @@ void Watchdog::Impl::close_explicit_batch() {
   deliver_step_outcome();
 }
 
-void Watchdog::Impl::close_fp8_step_locked() {
-  std::vector<Fp8SlotMetrics> step_metrics;  // of this step only (last_fp8_metrics may be older)
-  if (fp8.enabled() && fp8.step_open()) {
-    std::vector<Fp8Alarm> alarms;
-    last_fp8_metrics = step_metrics = fp8.end_step(alarms);
-    if (!delivery.files_dir().empty()) {
-      std::string error = report::append_fp8_metrics(delivery.files_dir(), last_fp8_metrics);
-      if (!error.empty()) opts.output() << "sentinel: " << error << "\n" << std::flush;
-    }
-    if (!alarms.empty()) {
-      Report r;
-      r.kind = "fp8_alarm";
-      r.batch_number = alarms.front().metrics.step;
-      r.fp8_alarms = std::move(alarms);
-      r.fp8_metrics = last_fp8_metrics;
-      delivery.hold_alarm(std::move(r));
-    }
-  }
-  if (collector.step_open()) {
-    last_stats = collector.end_step(step_metrics, places);
-    pending_stats.insert(pending_stats.end(), last_stats.begin(), last_stats.end());
-  }
-}
-
-void Watchdog::Impl::deliver_stats() {
-  std::lock_guard<std::mutex> one_at_a_time(logging_mutex);  // a logger is never called concurrently
-  std::vector<StatRecord> records;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    records.swap(pending_stats);
-  }
-  if (loggers && !records.empty()) loggers->log(records, opts.output());
+void Watchdog::Impl::close_step_locked() {
+  if (auto alarm = observers.close_step(places, delivery.files_dir())) delivery.hold_alarm(std::move(*alarm));
 }
 
 void Watchdog::Impl::deliver_step_outcome() {
@@ -268,7 +213,7 @@ void Watchdog::Impl::deliver_step_outcome() {
     trace = delivery.take_trace();
   }
   if (trace) delivery.write_trace(*trace);
-  deliver_stats();  // before an alarm whose action may abort
+  observers.log_stats();  // before an alarm whose action may abort
   {
     std::lock_guard<std::mutex> lock(mutex);
     alarm = delivery.take_alarm();
@@ -299,14 +244,14 @@ void Watchdog::Impl::throw_pending() {
     batch = batches.current();
   }
   if (!e) return;
-  ranks->leave(batch);  // exchanges this rank will miss take its last record instead of waiting
+  ranks.session().leave(batch);  // exchanges this rank will miss take its last record instead of waiting
   std::rethrow_exception(e);
 }
 
 // Called with the lock held and the detecting frame just pushed.
 void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::FrameRecord* f) {
   Report report = build_report();
-  report.fp8_metrics = last_fp8_metrics;
+  report.fp8_metrics = observers.last_fp8_metrics();
   if (f) report.dump_dir = dump_tripping_op(*f, report.batch_number);
   // Only now, at detection, is the cost of walking the stacks paid.
   report.deferred = detecting_late;
@@ -324,7 +269,7 @@ void Watchdog::Impl::deliver(Report report, std::unique_lock<std::mutex>& lock) 
   lock.unlock();  // files and user callbacks run without the lock
   const bool missing = report.kind == "ranks_missing";
   delivery.act(report, text, opts.action(), missing ? "ranks did not answer" : "inf/nan detected",
-               [&] { ranks->leave(report.batch_number); });
+               [&] { ranks.session().leave(report.batch_number); });
 }
 
 }  // namespace sentinel

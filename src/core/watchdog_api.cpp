@@ -11,6 +11,17 @@
 
 namespace sentinel {
 
+namespace {
+
+// Once the model is indexed: the observers' selections checked against its modules, the loggers
+// opened under this rank's names.
+void attach_observers(Watchdog::Impl& impl) {
+  const auto& id = impl.ranks.session().identity();
+  impl.observers.attach(impl.index->module_paths(), id.rank, id.world_size);
+}
+
+}  // namespace
+
 // ---- Watchdog ---------------------------------------------------------------------------------
 
 Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
@@ -20,7 +31,7 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
   report::prepare_report_dir(impl->delivery.files_dir());
   impl->index =
       std::make_unique<core::ModelIndex>(std::move(model), impl->strings, impl->places);
-  impl->attach_collections();
+  attach_observers(*impl);
   // A C++ model may call scripted parts: the fusers are off for them too.
   if (!impl->opts.keep_torchscript_fusion()) impl->fusion_off = std::make_unique<torchscript::FusionOff>(nullptr);
   impl_ = std::move(impl);
@@ -31,7 +42,7 @@ Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
   report::prepare_report_dir(impl->delivery.files_dir());
   impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
-  impl->attach_collections();
+  attach_observers(*impl);
   if (!impl->opts.keep_torchscript_fusion()) impl->fusion_off = std::make_unique<torchscript::FusionOff>(&model);
   impl_ = std::move(impl);
 }
@@ -70,12 +81,12 @@ HeadroomSummary Watchdog::headroom() const {
 
 std::vector<StatRecord> Watchdog::collected_stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->last_stats;
+  return impl_->observers.last_stats();
 }
 
 std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->last_fp8_metrics;
+  return impl_->observers.last_fp8_metrics();
 }
 
 int64_t Watchdog::batch_number() const {

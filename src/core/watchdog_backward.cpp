@@ -45,8 +45,11 @@ bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord&
   // The backward of a GEMM multiplies by its incoming gradient: FP8's gradient slot (E5M2 in HYBRID).
   const bool gemm_node = f.forward_op != 0 && core::is_gemm_backward_node(fn.name());
   const bool operand = gemm_node && gemm_mask(f.forward_op) != 0;
-  const bool probe_fp8 = operand && fp8.enabled() && fp8.wants(f.batch_number, gemm_mask(f.forward_op), f.place, places) != 0;
-  const bool collect = operand && collector.wants(f.batch_number, f.place, fp8::Role::Gradient, places);
+  core::Fp8Monitor& fp8 = observers.fp8();
+  dumps::TensorDumper& dumper = observers.dumper();
+  const bool probe_fp8 =
+      operand && fp8.enabled() && fp8.wants(f.batch_number, gemm_mask(f.forward_op), f.place, places) != 0;
+  const bool collect = operand && observers.collector().wants(f.batch_number, f.place, fp8::Role::Gradient, places);
   const bool dump = operand && dumper.enabled() && dumper.wants(f.batch_number, places.path(f.place));
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].isTensor()) continue;
@@ -56,7 +59,7 @@ bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord&
     if (dump) dumper.save(g, places.path(f.place), "gradient", f.batch_number, opts.output());
   }
   backward_in_batch = true;
-  backward_ran_in_batch = true;
+  ranks.backward_ran_in_batch = true;
   return true;
 }
 
@@ -82,7 +85,7 @@ void Watchdog::Impl::check_parameter_gradients() {
   std::unique_lock<std::mutex> lock(mutex);
   if (delivery.stopped() || !index) return;
   backward_in_batch = false;
-  backward_ran_in_batch = true;
+  ranks.backward_ran_in_batch = true;
   capture::NotRecorded no_recursion;
   c10::InferenceMode no_autograd;
   const uint32_t op = strings.intern("AccumulateGrad");
@@ -107,7 +110,7 @@ void Watchdog::Impl::check_parameter_gradients() {
     }
     // At batch end the user's code has run since the backward: a gradient all-reduce writes the
     // gradients without bumping their version counters, so earlier reads of them are not reused.
-    EntryRecord e = read_entry(f, grad, Role::Output, -1, -1, false, nullptr, /*reuse_reads=*/!grads_at_batch_end);
+    EntryRecord e = read_entry(f, grad, Role::Output, -1, -1, false, nullptr, /*reuse_reads=*/!ranks.grads_at_batch_end);
     e.param_name = ref.name;
     // A parameter's gradient is what AccumulateGrad produced: an output of this frame.
     e.role = Role::Output;
@@ -115,7 +118,7 @@ void Watchdog::Impl::check_parameter_gradients() {
   }
   if (place != UINT32_MAX) flush();
   resolve_deferred(lock);  // the step's numbers are all in before it closes
-  close_fp8_step_locked();  // the training step is complete: forward, backward, gradients
+  close_step_locked();  // the training step is complete: forward, backward, gradients
 }
 
 }  // namespace sentinel

@@ -92,14 +92,15 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     const Role role = param ? Role::Param : Role::Input;
     GemmOperand gemm{param ? fp8::Role::Weight : fp8::Role::Activation};
     gemm.probe = probe_fp8 && t.defined();
-    gemm.collect = gemm_operand && t.defined() && collector.wants(f.batch_number, f.place, gemm.role, places);
+    gemm.collect =
+        gemm_operand && t.defined() && observers.collector().wants(f.batch_number, f.place, gemm.role, places);
     const bool read_as_operand = gemm.probe || gemm.collect;
     EntryRecord e = read_entry(f, t, role, position, -1, opts.headroom() && !read_as_operand,
                                read_as_operand ? &gemm : nullptr);
     if (param) e.param_name = param->name;
     f.add(e);
-    if (gemm_operand && dumper.wants(f.batch_number, places.path(f.place))) {
-      dumper.save(t, places.path(f.place), fp8::role_name(gemm.role), f.batch_number, opts.output());
+    if (gemm_operand && observers.dumper().wants(f.batch_number, places.path(f.place))) {
+      observers.dumper().save(t, places.path(f.place), fp8::role_name(gemm.role), f.batch_number, opts.output());
     }
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
@@ -167,7 +168,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   const OpInfo& info = op_info(fn, name_id);
   // A collective's writes bump no version counter: every read kept so far may be of a tensor it
   // is about to overwrite.
-  if (info.collective) stats_cache.clear();
+  if (info.collective) readers.cpu.cache().clear();
   if (info.skip) {
     // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
     // the module whose parameter it views.
@@ -187,7 +188,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   // callback ignores: src/capture/record_hooks.cpp.)
   c10::InferenceMode no_autograd;
 
-  collect_side_reads(f);  // an earlier op's, should its end have gone unseen: never left running
+  readers.beside.collect(f);  // an earlier op's, should its end have gone unseen: never left running
   f.batch_number = batches.current();
   f.op = info.display_name;
   f.op_key = name_id;
@@ -215,15 +216,15 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     f.place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
-  const bool operands_wanted = fp8.enabled() || collector.enabled() || dumper.enabled();
-  const uint32_t gemm_operands = operands_wanted ? gemm_mask(f.op) : 0;
+  const uint32_t gemm_operands = observers.want_operands() ? gemm_mask(f.op) : 0;
+  core::Fp8Monitor& fp8 = observers.fp8();
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, gemm_operands, f.place, places) : 0;
-  reading_inputs_beside = info.pure && core_left_idle;
+  readers.beside.set_active(info.pure && core_left_idle);
   // Whatever an input's read throws, the reads after this op are not handed to the second thread.
   struct ReadingBeside {
-    bool& flag;
-    ~ReadingBeside() { flag = false; }
-  } reading_beside_until_here{reading_inputs_beside};
+    core::BesideReader& reader;
+    ~ReadingBeside() { reader.set_active(false); }
+  } reading_beside_until_here{readers.beside};
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       frames::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
@@ -235,8 +236,8 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
               i < 32 && ((gemm_operands >> i) & 1), params[i]);
   }
-  reading_inputs_beside = false;
-  if (side_reader) side_reader->start(&f);
+  readers.beside.set_active(false);
+  readers.beside.start(f);
 
   if (dumps_on_trip()) {
     auto& held = ts.ending_op.inputs;
@@ -251,7 +252,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
 
 void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
-  collect_side_reads(f);  // before the op's arguments can change again
+  readers.beside.collect(f);  // before the op's arguments can change again
   if (delivery.stopped() || !batches.open()) return;  // (the capture layer releases the held arguments)
   c10::InferenceMode no_autograd;
 
@@ -272,9 +273,9 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
   // Ops that return no tensor (size queries and the like) compute nothing to watch; an op that
   // threw has no outputs either.
   if (!any_tensor) return;
-  if (dumper.enabled() && gemm_mask(f.op) != 0 && outputs.size() == 1 && outputs[0].isTensor() &&
-      dumper.wants(f.batch_number, places.path(f.place))) {
-    dumper.save(outputs[0].toTensor(), places.path(f.place), "output", f.batch_number, opts.output());
+  if (observers.dumper().enabled() && gemm_mask(f.op) != 0 && outputs.size() == 1 && outputs[0].isTensor() &&
+      observers.dumper().wants(f.batch_number, places.path(f.place))) {
+    observers.dumper().save(outputs[0].toTensor(), places.path(f.place), "output", f.batch_number, opts.output());
   }
   // Should this op's frame trip, its arguments (held since its start) and results can be saved.
   auto& ending = ts.ending_op;
@@ -334,11 +335,12 @@ void Watchdog::Impl::finish_frame(FrameRecord& f, std::unique_lock<std::mutex>& 
   f.finished = true;
   f.op_index = batches.take_op_index();
   // Once one frame waits for a device, every later frame waits behind it: detection keeps order.
+  device::DeferredFrames& deferred = readers.device.deferred();
   if (f.pending || !deferred.empty()) {
     deferred.push(f);
     ++device_counters.frames_deferred;
     if (opts.device_sync_each_op() || static_cast<int64_t>(deferred.size()) >= opts.device_readback_frames() ||
-        2 * deferred.slots_in_flight() >= device->capacity()) {
+        2 * deferred.slots_in_flight() >= readers.device.device()->capacity()) {
       resolve_deferred(lock, /*last_is_current=*/true);
     }
     return;

@@ -15,23 +15,16 @@
 
 #include "capture/op_call.h"
 #include "capture/session.h"
-#include "collect/stats_collector.h"
-#include "core/delivery.h"
-#include "dumps/tensor_dumps.h"
-#include "loggers/stats_loggers.h"
 #include "capture/thread_state.h"
-#include "frames/batch_state.h"
-#include "fp8/fp8_monitor.h"
-#include "frames/frame_ring.h"
+#include "core/delivery.h"
+#include "core/entry_reader.h"
 #include "core/model_index.h"
-#include "frames/stats_cache.h"
+#include "core/rank_glue.h"
+#include "core/step_observers.h"
+#include "frames/batch_state.h"
+#include "frames/frame_ring.h"
 #include "frames/string_table.h"
-#include "overlap/side_reader.h"
 #include "overlap/spare_core.h"
-#include "device/deferred_frames.h"
-#include "device/device_read_cache.h"
-#include "device/stats_device.h"
-#include "ranks/rank_session.h"
 #include "torchscript/fusion_guard.h"
 
 #include <c10/util/ArrayRef.h>
@@ -56,12 +49,7 @@ struct OpInfo {
   bool collective = false;  // writes its tensors after it returns, unannounced (core/uninitialized_ops.h)
 };
 
-// A GEMM operand read for the FP8 probe of its slot and/or a statistics collection, in one read.
-struct GemmOperand {
-  fp8::Role role;
-  bool probe = false;    // Options::fp8 selects its slot at this step
-  bool collect = false;  // a statistics collection does
-};
+using core::GemmOperand;
 
 struct Watchdog::Impl final : capture::Session {
   Impl(std::unique_ptr<core::ModelIndex> model_index, Options options);
@@ -88,15 +76,12 @@ struct Watchdog::Impl final : capture::Session {
   void close_explicit_batch();
   void throw_pending();
   bool has_pending();
-  // Closes the open step (lock held): FP8 metrics, log, alarms held by `delivery`; the
-  // collections' statistics into pending_stats for the loggers.
-  void close_fp8_step_locked();
-  // After the model is indexed: the collections' layers checked, the loggers opened.
-  void attach_collections();
-  // Hands the closed steps' statistics to the loggers, then runs the action of a pending FP8
-  // alarm; call without the lock (a user's logger or callback may call the watchdog).
+  // Closes the open step (lock held): `observers` close theirs; an FP8 alarm waits in `delivery`.
+  void close_step_locked();
+  // Writes the trace files, hands the closed steps' statistics to the loggers, then runs the
+  // action of a waiting FP8 alarm; call without the lock (a user's logger or callback may call
+  // the watchdog).
   void deliver_step_outcome();
-  void deliver_stats();
 
   // At a safe point: exchange with the other ranks in this batch's round of `phase` (without the
   // lock, which it takes), then report what the agreement says this rank must know.
@@ -128,46 +113,28 @@ struct Watchdog::Impl final : capture::Session {
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
-  frames::StatsCache stats_cache;   // tensors already read in this batch (and kept parameters)
-  core::Fp8Monitor fp8;
-  std::vector<Fp8SlotMetrics> last_fp8_metrics;  // of the last closed step
+  // The FP8 monitor, the statistics collections, the loggers, the dumps (src/core/step_observers.h).
+  core::StepObservers observers;
   HeadroomSummary headroom_summary;              // Options::headroom
-  collect::StatsCollector collector;             // Options::stats_collections
-  std::unique_ptr<loggers::LoggerSet> loggers;
-  std::vector<StatRecord> last_stats;            // of the last closed step
-  std::vector<StatRecord> pending_stats;         // closed steps' records not yet logged
-  std::mutex logging_mutex;
-  dumps::TensorDumper dumper;                    // Options::dumps
   std::vector<int8_t> gemm_by_op;                // by op-name id: -1 unknown, else the operand mask
-  bool warned_device_collect = false;
-  bool warned_device_recipes = false;
-  // Tensors on a device (CUDA) are read there; their frames wait in `deferred` for the numbers.
-  std::unique_ptr<device::StatsDevice> device;   // made at the first such tensor
-  std::vector<recipes::RecipeJob> recipe_jobs;   // the recipes of the device read being enqueued
-  bool device_tried = false;
-  bool device_failed = false;  // a read-back failed: device tensors are no longer read
-  device::DeferredFrames deferred;
-  device::DeviceReadCache device_reads;  // device tensors already read in this batch
   DeviceCounters device_counters;
-  // Inputs read on a second thread while their op runs (Options::read_inputs_beside_ops), and
-  // whether the inputs now being added are an op's that allows it; only while the BLAS and ATen
-  // leave a core idle (src/overlap/spare_core.h), looked at as each batch begins.
-  std::unique_ptr<overlap::SideReader> side_reader;
+  // Where each tensor is read: the CPU through the batch's cache, beside its op on a second thread
+  // (Options::read_inputs_beside_ops), or on its device, whose frames wait for a read-back
+  // (src/core/entry_reader.h).
+  core::EntryReaders readers{core::ReadContext{opts, strings, places, observers, device_counters}};
   // TorchScript's fusers off while watched (Options::keep_torchscript_fusion).
   std::unique_ptr<torchscript::FusionOff> fusion_off;
+  // The BLAS and ATen leave a core idle (src/overlap/spare_core.h), looked at as each batch
+  // begins: only then are inputs read beside their ops.
   bool core_left_idle = false;
-  bool reading_inputs_beside = false;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
-  // Many ranks: identity, per-rank files, the exchanges (src/core/watchdog_ranks.cpp).
-  std::unique_ptr<ranks::RankSession> ranks;
+  // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of
+  // them (src/core/rank_glue.h; the exchanges at safe points: src/core/watchdog_ranks.cpp).
+  core::RankGlue ranks;
   // Detection's rule, the actions, the error held for the next safe point, traces; report files
   // go to report_dir, or report_dir/rank<R> (src/core/delivery.h).
   core::Delivery delivery;
-  // check_parameter_gradients runs after the user's own code (read by trip() on any thread)
-  std::atomic<bool> grads_at_batch_end{false};
-  bool backward_ran_in_batch = false;  // what is made after it is the gradients' (all-reduce)
-  std::optional<RankAgreement> reported_agreement;  // what the last rank report said
 
   mutable std::mutex mutex;
   // How other threads reach this session: closed (waiting for their callbacks) before the rest
@@ -203,13 +170,11 @@ struct Watchdog::Impl final : capture::Session {
   // Ring, trace or detection for a frame whose numbers are all known.
   void process_frame(frames::FrameRecord& f, std::unique_lock<std::mutex>& lock);
   void note_headroom(const frames::FrameRecord& f);
-  // Fills the entries of `f` read beside its op, waiting for them; before anything uses `f`.
-  void collect_side_reads(frames::FrameRecord& f);
 
  public:
-  // The entry of one tensor: read on its device (deferred) when one takes it, else on the CPU
-  // through the per-batch cache. `gemm` (optional) adds the FP8 probe of the frame's slot and the
-  // statistics menu of the collections, from the same read.
+  // The entry of one tensor, by the reader `readers` picks for it (src/core/entry_reader.h):
+  // on its device (deferred), beside its op, or on the CPU through the batch's cache. `gemm`
+  // (optional) adds the FP8 probe of the frame's slot and the collections' menu to the same read.
   // `reuse_reads` false: read `t` even if its memory was read in this batch and looks unchanged
   // (the user's code, a collective, may have written it without LibTorch knowing).
   frames::EntryRecord read_entry(frames::FrameRecord& f, const at::Tensor& t, frames::Role role, int index, int sub,
@@ -222,9 +187,6 @@ struct Watchdog::Impl final : capture::Session {
   void resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current = false);
   // Forgets the waiting frames and the slots in flight: their numbers cannot be read back.
   void drop_deferred();
-
- private:
-  device::StatsDevice* device_for(const at::Tensor& t);
 };
 
 }  // namespace sentinel

@@ -48,7 +48,16 @@ void ModelIndex::add_param(const at::Tensor& p, uint32_t place, const std::strin
   if (!p.defined()) return;
   ParamRef ref{place, strings_.intern(name)};
   params_.emplace_back(p, ref);
-  by_impl_[p.unsafeGetTensorImpl()] = ref;
+  auto [first, added] = by_impl_.try_emplace(p.unsafeGetTensorImpl(), ref);
+  if (!added) {
+    // Another module holds this very tensor (tied weights): the first keeps naming it, as HF
+    // names a shared module by its first name, and each holder is kept for the op it runs.
+    auto& holders = holders_[p.unsafeGetTensorImpl()];
+    if (holders.empty()) holders.push_back(first->second);
+    holders.push_back(ref);
+    first->second.shared = true;
+    return;
+  }
   if (p.has_storage()) {
     const void* storage = p.storage().unsafeGetStorageImpl();
     // Several parameters in one storage (a flattened buffer): the storage names none of them.
@@ -61,6 +70,7 @@ void ModelIndex::index_cpp() {
   params_.clear();
   by_impl_.clear();
   by_storage_.clear();
+  holders_.clear();
   storage_users_.clear();
   cpp_module_places_.clear();
   module_paths_.clear();
@@ -90,6 +100,15 @@ const ParamRef* ModelIndex::find_param(const at::Tensor& t) const {
   if (by_storage_.empty() || !t.has_storage()) return nullptr;
   auto st = by_storage_.find(t.storage().unsafeGetStorageImpl());
   return st == by_storage_.end() ? nullptr : &st->second;
+}
+
+const ParamRef* ModelIndex::holder_at(const at::Tensor& t, uint32_t place) const {
+  auto it = holders_.find(t.unsafeGetTensorImpl());
+  if (it == holders_.end()) return nullptr;
+  for (const ParamRef& ref : it->second) {
+    if (ref.place == place) return &ref;
+  }
+  return nullptr;
 }
 
 std::optional<uint32_t> ModelIndex::module_place(const torch::nn::Module* m) const {

@@ -30,8 +30,9 @@ using frames::StringTable;
 using frames::PlaceTable;
 
 struct ParamRef {
-  uint32_t place;  // the owning module
+  uint32_t place;  // the owning module: the first in named_modules() order when several hold it
   uint32_t name;   // "weight", in the string table
+  bool shared = false;  // other modules hold the same tensor (tied weights): see holder_at
 };
 
 // "torch::nn::LinearImpl" -> "Linear"; "__torch__.Block" -> "Block".
@@ -47,6 +48,9 @@ class ModelIndex {
   // C++-frontend models may gain or swap parameters between batches: re-read them.
   void refresh();
   const ParamRef* find_param(const at::Tensor& t) const;
+  // For a parameter several modules hold (tied embeddings), the module at `place` holding it, so
+  // that an op is named by the holder that runs it; nullptr when that module does not hold it.
+  const ParamRef* holder_at(const at::Tensor& t, uint32_t place) const;
   // Every parameter with its owner and name, in named_modules() order.
   const std::vector<std::pair<at::Tensor, ParamRef>>& params() const { return params_; }
   uint32_t root_place() const { return root_place_; }
@@ -70,6 +74,7 @@ class ModelIndex {
   std::vector<std::string> module_paths_;
   std::unordered_map<const void*, ParamRef> by_impl_;
   std::unordered_map<const void*, ParamRef> by_storage_;
+  std::unordered_map<const void*, std::vector<ParamRef>> holders_;  // of the shared parameters only
   std::unordered_map<const void*, int> storage_users_;
   std::unordered_map<const torch::nn::Module*, uint32_t> cpp_module_places_;
   std::unordered_map<std::string, uint32_t> hierarchy_cache_;

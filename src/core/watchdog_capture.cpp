@@ -105,7 +105,12 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
     for (size_t j = 0; j < list.size(); ++j) {
-      f.add(read_entry(f, list.get(j), Role::Input, position, static_cast<int>(j), opts.headroom()));
+      // A parameter handed in a list (a class token concatenated to the patches) is still named.
+      const at::Tensor t = list.get(j);
+      const core::ParamRef* p = t.defined() ? index->find_param(t) : nullptr;
+      EntryRecord e = read_entry(f, t, p ? Role::Param : Role::Input, position, static_cast<int>(j), opts.headroom());
+      if (p) e.param_name = p->name;
+      f.add(e);
     }
   } else if (v.isNone() && tensor_arg) {
     f.add(plain_entry(EntryState::None, Role::Input, position, -1));
@@ -197,9 +202,24 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   // Each input's parameter, looked up once; the first one names the module (C++ frontend).
   c10::SmallVector<const core::ParamRef*, 8> params(inputs.size(), nullptr);
   const core::ParamRef* owner = nullptr;
+  size_t owner_arg = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].isTensor() && inputs[i].toTensor().defined()) params[i] = index->find_param(inputs[i].toTensor());
-    if (!owner) owner = params[i];
+    if (!owner && params[i]) {
+      owner = params[i];
+      owner_arg = i;
+    }
+  }
+  if (owner && owner->shared) {
+    // Tied weights: the op belongs to the innermost running module that holds the parameter.
+    for (size_t s = ts.scopes.size(); s-- > 0;) {
+      const auto place = ts.scopes[s].module ? index->module_place(ts.scopes[s].module) : std::nullopt;
+      const core::ParamRef* held = place ? index->holder_at(inputs[owner_arg].toTensor(), *place) : nullptr;
+      if (held) {
+        owner = params[owner_arg] = held;
+        break;
+      }
+    }
   }
 
   if (index->is_torchscript()) {

@@ -229,3 +229,39 @@ def test_a_model_run_on_another_python_thread_is_watched_there():
     with pytest.raises(NonFiniteError):
         model(torch.ones(2, 8))
     debug.close()
+
+
+class TiedLm(torch.nn.Module):
+    """An embedding and an output head that share one weight, and a class token concatenated in
+    front of the tokens, as GPT-2's and ViT's are."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.cls = torch.nn.Parameter(torch.full((1, 1, 4), 0.5))
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        x = torch.cat([self.cls.expand(ids.shape[0], -1, -1), x], dim=1)
+        return self.head(x)
+
+
+def test_a_tied_weight_belongs_to_the_module_running_the_op_and_a_listed_parameter_is_named():
+    model = TiedLm()
+    w = overflow_sentinel.Watch(model)
+    model(torch.tensor([[1, 2, 3]]))
+    frames = w.saved_frames()
+    w.close()
+    by_op = {f.op: f for f in frames}
+    # The shared weight read by the embedding is the embedding's; by the linear, the head's.
+    assert by_op["aten::embedding"].module_path == "emb"
+    assert by_op["aten::linear"].module_path == "head"
+    assert any(e.label == "weight" and e.role == "parameter" for e in by_op["aten::embedding"].entries)
+    assert any(e.label == "weight" and e.role == "parameter" for e in by_op["aten::linear"].entries)
+    # The class token, expanded and handed to cat in a list, is still a parameter by its name.
+    cat = by_op["aten::cat"]
+    token = [e for e in cat.entries if e.label == "cls"]
+    assert len(token) == 1 and token[0].role == "parameter"
+    assert token[0].stats.abs_min == token[0].stats.abs_max == 0.5

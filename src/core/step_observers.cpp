@@ -76,7 +76,8 @@ void StepObservers::log_stats() {
 }
 
 void StepObservers::flush_loggers() {
-  std::lock_guard<std::mutex> one_at_a_time(logging_mutex_);
+  // Called as the watchdog goes, when no step is being logged: without the logging lock, so that
+  // a logger that destroys the watchdog from inside log() does not wait on itself.
   if (loggers_) loggers_->flush(opts_.output());
 }
 

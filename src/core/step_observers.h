@@ -42,6 +42,7 @@ class StepObservers {
   // The queued records to the loggers, one call at a time. Without the watchdog's lock: a user's
   // logger may call the watchdog.
   void log_stats();
+  // The loggers' last words, as the watchdog is destroyed.
   void flush_loggers();
 
   const std::vector<Fp8SlotMetrics>& last_fp8_metrics() const { return last_fp8_metrics_; }

@@ -1,17 +1,11 @@
 // Watchdog lifetime, batches, and what happens at a trip (its delivery: src/core/delivery.h).
 #include <sentinel/watchdog.h>
 
-#include <algorithm>
 #include <ostream>
-#include <regex>
-
-#include <fmt/format.h>
 
 #include "capture/thread_state.h"
 #include "core/watchdog_impl.h"
-#include "report/report_files.h"
 #include "report/stack_trace.h"
-#include "stats/tensor_stats.h"
 
 namespace sentinel {
 
@@ -99,8 +93,8 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   backward_in_batch = false;
   ranks.backward_ran_in_batch = false;
   if (batches.begin()) {
-    opts.output() << batch_header(batches.current(), ranks.session().distributed() ? ranks.session().identity().rank : -1)
-                  << std::flush;
+    const ranks::RankSession& session = ranks.session();
+    opts.output() << batch_header(batches.current(), session.distributed() ? session.identity().rank : -1) << std::flush;
   }
 }
 

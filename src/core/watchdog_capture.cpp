@@ -320,7 +320,8 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
 std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {
   auto& ending = capture::thread_state().ending_op;
   if (ending.frame != &f || f.direction != static_cast<uint8_t>(Direction::Forward)) return "";
-  const std::string dir = (std::filesystem::path(delivery.files_dir()) / fmt::format("sentinel_batch{}_dump", batch)).string();
+  const std::string dir =
+      (std::filesystem::path(delivery.files_dir()) / fmt::format("sentinel_batch{}_dump", batch)).string();
   dumps::OpDump op{ending.op, ending.overload, places.path(f.place), batch, ending.in_place};
   const std::string error =
       dumps::save_op_dump(dir, op, ending.inputs, std::vector<c10::IValue>(ending.outputs.begin(), ending.outputs.end()));

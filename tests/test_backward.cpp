@@ -173,15 +173,23 @@ TEST(WhereInTheCode, TheStackNamesTheCallersOwnFunction) {
   EXPECT_NE(sentinel::render_text(report).find("C++ call stack at detection"), std::string::npos);
 }
 
+// The stack is where the report stops: under the place rule, the line where the inf leaves the
+// module that made it; strict, the line of the op that made it.
 TEST(WhereInTheCode, TorchScriptModelsGiveTheScriptLine) {
   auto model = sentinel::demo::make_t5_encoder();
   std::ostringstream out;
-  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
   torch::NoGradGuard no_grad;
-  const auto script = joined(expect_nonfinite([&] {
-                                for (auto& b : sentinel::demo::make_batches()) debug.forward(b);
-                              }).torchscript_stack);
-  EXPECT_NE(script.find("hidden_gelu * hidden_linear"), std::string::npos) << script;
+  auto stack_of = [&](sentinel::Options options) {
+    sentinel::DebugUnderflowOverflow debug(model, options.output(out));
+    return joined(expect_nonfinite([&] {
+                    for (auto& b : sentinel::demo::make_batches()) debug.forward(b);
+                  }).torchscript_stack);
+  };
+  const auto where_it_left = stack_of(sentinel::Options());
+  EXPECT_NE(where_it_left.find("hidden_states + self.DenseReluDense.forward(hidden_states"), std::string::npos)
+      << where_it_left;
+  const auto where_it_was_made = stack_of(sentinel::Options().strict(true));
+  EXPECT_NE(where_it_was_made.find("hidden_gelu * hidden_linear"), std::string::npos) << where_it_was_made;
 }
 
 TEST(Underflow, SubnormalsAreCountedAndShownWithoutBreakingHfColumns) {

@@ -134,12 +134,15 @@ TEST(TensorDumps, AFullDiskIsSaidAndLeavesNoTruncatedFile) {
   fs::remove_all(dir);
 }
 
+// The op a report stops at is saved. Strict, that is the op that made the inf; under the place
+// rule it is where the inf left its module (here the model's return, which is no op to save).
 TEST(TensorDumps, AtDetectionTheOpIsSavedAndReplayMakesTheInfAgain) {
   torch::manual_seed(0);
   sentinel_test::Block model;
   const fs::path dir = fresh_dir("dump_detect");
   std::ostringstream out;
-  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out).report_dir(dir.string()));
+  sentinel::DebugUnderflowOverflow debug(model,
+                                         sentinel::Options().output(out).report_dir(dir.string()).strict(true));
   torch::NoGradGuard no_grad;
   debug.forward(torch::ones({2, 4}));
   try {

@@ -76,6 +76,8 @@ TEST(CppFrontend, OverflowInALinearIsFoundAtThatOpWithParameterNames) {
   EXPECT_EQ(debug.batch_number(), 3);
 }
 
+// The place rule: the inf exp makes inside the first Block's scope is tolerated there, and is an
+// error when the next Block's Linear reads it; the report ends at that read and names exp.
 TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {
   torch::manual_seed(0);
   TwoBlocks model;
@@ -85,12 +87,29 @@ TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {
     debug.forward(small_input(2, 4, 5000.0));
     FAIL() << "expected NonFiniteError";
   } catch (const sentinel::NonFiniteError& e) {
-    const auto& f = e.report().trigger();
+    const sentinel::Report& r = e.report();
+    ASSERT_TRUE(r.origin_frame);
+    const auto& f = *r.origin_frame;
     EXPECT_EQ(f.op, "aten::exp");
     EXPECT_EQ(f.module_path, "encoder.0");  // named_modules()' name for the first Block
     EXPECT_EQ(f.module_class, "Block");
     EXPECT_EQ(f.attribution, sentinel::Attribution::UserScope);
-    EXPECT_TRUE(e.report().produced_here);
+    EXPECT_TRUE(f.inputs_finite);
+    EXPECT_EQ(r.escape, sentinel::Escape::Read);
+    EXPECT_EQ(r.trigger().module_path, "encoder.1.a");
+    EXPECT_EQ(r.trigger().op, "aten::addmm");
+    EXPECT_NE(r.origin.find("aten::exp in encoder.0 (Block) produced the first inf/nan"), std::string::npos) << r.origin;
+    EXPECT_NE(r.origin.find("until aten::addmm in encoder.1.a (Linear) read it"), std::string::npos) << r.origin;
+    // Strict, it stops at exp itself.
+    sentinel::DebugUnderflowOverflow strict(model, sentinel::Options().output(out).strict(true));
+    try {
+      strict.forward(small_input(2, 4, 5000.0));
+      ADD_FAILURE() << "expected NonFiniteError";
+    } catch (const sentinel::NonFiniteError& s) {
+      EXPECT_EQ(s.report().trigger().op, "aten::exp");
+      EXPECT_TRUE(s.report().produced_here);
+      EXPECT_FALSE(s.report().origin_frame);
+    }
   }
 }
 

@@ -181,6 +181,14 @@ class Options {
   SENTINEL_OPTION(std::string, report_dir, {});
   // Skip ops whose outputs only alias their inputs (views such as t, view, select): same values.
   SENTINEL_OPTION(bool, skip_view_ops, true);
+  // Which non-finite values are errors. false (the place rule, docs/nonfinite.md): a value an op
+  // makes is tolerated while only ops of its module and the modules inside it read it; it is an
+  // error once it leaves (read elsewhere, returned, written into a tensor the module did not
+  // make) or appears in a backward. true: every op's inf/nan is an error where it appears.
+  SENTINEL_OPTION(bool, strict, false);
+  // Values the place rule would stop that the model means, "MODULE_REGEX [OP [ARGUMENT [KINDS]]]"
+  // (docs/nonfinite.md): met there, they are counted, not reported.
+  SENTINEL_OPTION(std::vector<std::string>, allow_nonfinite, {});
   SENTINEL_OPTION(Fp8Options, fp8, Fp8Options());
   // Counts per entry of what casting to fp16/bf16 would overflow or flush (a second read of each
   // floating tensor); see Watchdog::headroom().

@@ -121,6 +121,30 @@ struct DeviceCounters {
   int64_t tensors_read_beside_ops = 0;    // Options::read_inputs_beside_ops: inputs handed over
 };
 
+// Non-finite values a model meant (a -inf mask, a `torch.where` branch not taken), tolerated by the
+// place rule (docs/nonfinite.md) while they stayed inside the module that made them: counted per
+// module and op, so that nothing is hidden. `allowed`: tolerated by an allow_nonfinite pattern.
+struct ToleratedCount {
+  std::string module_path;
+  std::string module_class;
+  std::string op;
+  bool allowed = false;
+  int64_t frames = 0;  // frames whose results (or, when allowed, whose arguments) held them
+  int64_t nan = 0;     // elements, over those frames
+  int64_t pos_inf = 0;
+  int64_t neg_inf = 0;
+  int64_t first_batch = 0;
+  int64_t last_batch = 0;
+};
+
+// How a value tolerated inside the module that made it became an error (the place rule).
+enum class Escape {
+  None,      // the detecting frame is judged on its own: it made or met the value as an error
+  Read,      // an op of another module read it
+  Written,   // it was written into a tensor the module did not make (a parameter, a buffer, its input)
+  Returned,  // the module's forward returned it
+};
+
 // What this rank's non-finite values were, among the ranks.
 enum class RankRole {
   Alone,     // one process, or no exchange took place
@@ -162,6 +186,12 @@ struct Report {
   // True when the detecting frame's inputs and parameters were finite: the value was made there.
   bool produced_here = false;
   std::string origin;          // one line: where the first non-finite value appeared and why
+  // The op that made the value, when the detecting frame met one that had been tolerated inside
+  // the module that made it, and how it left that module (the place rule).
+  std::optional<Frame> origin_frame;
+  Escape escape = Escape::None;
+  // The values tolerated so far, per module and op (none under Options::strict).
+  std::vector<ToleratedCount> tolerated;
   int64_t rank = 0;
   int64_t world_size = 1;
   RankAgreement ranks;  // world_size > 1
@@ -215,7 +245,10 @@ const char* to_string(Direction d);
 const char* to_string(EntryKind k);
 const char* to_string(EntryRole r);
 const char* to_string(RankRole r);
+const char* to_string(Escape e);
 // The ranks' part of a text report ("" when world_size is 1).
 std::string render_ranks_text(const Report& report);
+// The values the place rule tolerated, a line per module and op ("" when none).
+std::string render_tolerated_text(const std::vector<ToleratedCount>& tolerated);
 
 }  // namespace sentinel

@@ -94,6 +94,18 @@ class Watchdog {
   std::optional<Report> last_report() const;
   // Frames currently kept (oldest first): never more than max_frames_to_save.
   std::vector<Frame> saved_frames() const;
+  // The non-finite values tolerated so far by the place rule, per module and op (Options::strict).
+  std::vector<ToleratedCount> tolerated() const;
+  // For front ends that see a module's forward return (the Python module's forward hooks, a C++
+  // model's own code): `module` (of the watched model) returned `outputs`. One that holds a value
+  // the place rule tolerated inside the module is an error, detected here; thrown at the next safe
+  // point (check()). Costs a lookup per tensor; a tensor is read only when it holds such a value.
+  void returned(const torch::nn::Module& module, const std::vector<at::Tensor>& outputs);
+  // Whether a value is tolerated in the open batch now (returned() has something to look for).
+  bool tolerating() const;
+  // The batch's model returned `output` (its tensors, in tuples, lists and dicts): returned() of
+  // the model itself. DebugUnderflowOverflow::forward calls it.
+  void batch_returned(const c10::IValue& output);
   const Options& options() const;
 
   struct Impl;
@@ -127,6 +139,7 @@ class DebugUnderflowOverflow : public Watchdog {
   auto forward(Args&&... args) {
     auto step = batch();
     auto out = model_->forward(std::forward<Args>(args)...);
+    if constexpr (std::is_constructible_v<c10::IValue, decltype(out)>) batch_returned(out);
     step.finish();
     return out;
   }
@@ -155,6 +168,7 @@ class DebugUnderflowOverflow<torch::jit::Module> : public Watchdog {
     using JitModule = std::conditional_t<sizeof(Inputs) != 0, torch::jit::Module, void>;
     auto step = batch();
     auto out = static_cast<JitModule*>(model_)->forward(std::move(inputs));
+    batch_returned(out);
     step.finish();
     return out;
   }

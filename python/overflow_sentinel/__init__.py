@@ -206,6 +206,13 @@ class Watch:
         """The frames kept now, oldest first (at most max_frames_to_save)."""
         return Report.from_json(self._native.saved_frames_json()).frames
 
+    def tolerated(self):
+        """The non-finite values the place rule tolerated so far (a -inf mask consumed inside the
+        module that made it), one dict per module and op: module_path, module_class, op, allowed
+        (by an allow_nonfinite pattern), frames, nan, pos_inf, neg_inf, first_batch, last_batch.
+        Empty under strict=True."""
+        return self._native.tolerated()
+
     def headroom(self):
         """Lines on what fp16/bf16 would overflow or flush (headroom=True)."""
         return self._native.describe_headroom()
@@ -292,7 +299,7 @@ def _post_hook(me, index):
         w = me()
         if w is None or w._native.closed:
             return
-        if w._native.leave(index):
+        if w._native.leave(index, output):
             w._call(w._native.check)
         if index == 0:
             w._end_call(output)

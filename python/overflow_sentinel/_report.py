@@ -57,10 +57,12 @@ class Frame(Record):
 
 class Report(Record):
     """What the watchdog found: batch_number, frames (oldest first; the last is where inf/nan was
-    detected), origin, python_stack (the source lines that ran the op, innermost first), kind,
-    fp8_alarms, fp8_metrics; `text` is the report as printed (HF's layout)."""
+    detected), origin, origin_frame (the op that made a value tolerated inside its module until
+    it left, or None), escape ('read', 'written', 'returned' or 'none'), tolerated (per module and
+    op), python_stack (the source lines that ran the op, innermost first), kind, fp8_alarms,
+    fp8_metrics; `text` is the report as printed (HF's layout)."""
 
-    _nested = {"frames": Frame}
+    _nested = {"frames": Frame, "origin_frame": Frame}
 
     def __init__(self, data, text=None):
         super().__init__(data)

@@ -10,13 +10,20 @@
 
 namespace sentinel::core {
 
-bool AnyNonFinite::is_error(const frames::FrameRecord& f) const { return !f.finite(); }
+DetectionPolicy::Judgement AnyNonFinite::judge(const frames::FrameRecord& f) {
+  Judgement j;
+  j.error = !f.finite();
+  return j;
+}
 
 Delivery::Delivery(const Options& opts, std::string files_dir, std::unique_ptr<DetectionPolicy> policy)
     : opts_(opts), files_dir_(std::move(files_dir)), policy_(std::move(policy)) {}
 
-bool Delivery::trips(const frames::FrameRecord& f) const {
-  return f.batch_number != reported_batch_ && policy_->is_error(f);
+bool Delivery::trips(const frames::FrameRecord& f) {
+  DetectionPolicy::Judgement j = policy_->judge(f);  // every frame: the policy learns from all of them
+  if (!j.error || f.batch_number == reported_batch_) return false;
+  judgement_ = std::move(j);
+  return true;
 }
 
 std::string Delivery::record(Report report) {

@@ -22,17 +22,27 @@ struct FrameRecord;
 
 namespace sentinel::core {
 
-// When a finished frame (its numbers all known) holds an error to report.
+// When a finished frame (its numbers all known) holds an error to report. Sees every frame of an
+// untraced batch, in op order, so that it may learn from the frames that hold none.
 class DetectionPolicy {
  public:
+  struct Judgement {
+    bool error = false;
+    Escape escape = Escape::None;  // how a value tolerated where it was made left that place
+    std::shared_ptr<const frames::FrameRecord> made_by;  // the op that made it, when it was tolerated first
+  };
   virtual ~DetectionPolicy() = default;
-  virtual bool is_error(const frames::FrameRecord& f) const = 0;
+  virtual Judgement judge(const frames::FrameRecord& f) = 0;
+  // A batch begins: what was learned of the last one's tensors no longer holds.
+  virtual void begin_batch() {}
+  // The values tolerated so far (none when every inf/nan is an error).
+  virtual std::vector<ToleratedCount> tolerated() const { return {}; }
 };
 
-// Every op strictly: any inf/nan an op reads or makes is an error.
+// Every op strictly (Options::strict): any inf/nan an op reads or makes is an error.
 class AnyNonFinite final : public DetectionPolicy {
  public:
-  bool is_error(const frames::FrameRecord& f) const override;
+  Judgement judge(const frames::FrameRecord& f) override;
 };
 
 class Delivery {
@@ -46,8 +56,12 @@ class Delivery {
   // ---- with the lock held ----
 
   // Whether `f` is reported: an error by the policy, in a batch that has reported none yet (Warn
-  // and Callback report the first of each batch and run on).
-  bool trips(const frames::FrameRecord& f) const;
+  // and Callback report the first of each batch and run on). The policy's judgement of the last
+  // frame that tripped is kept for its report.
+  bool trips(const frames::FrameRecord& f);
+  const DetectionPolicy::Judgement& last_judgement() const { return judgement_; }
+  DetectionPolicy& policy() { return *policy_; }
+  const DetectionPolicy& policy() const { return *policy_; }
   // A detection's report becomes the last report and, under Action::Throw, the pending error
   // (recording stops until it is thrown). Returns its text, for `act`.
   std::string record(Report report);
@@ -90,6 +104,7 @@ class Delivery {
   const Options& opts_;
   std::string files_dir_;
   std::unique_ptr<DetectionPolicy> policy_;
+  DetectionPolicy::Judgement judgement_;
   std::exception_ptr pending_;      // thrown at the next safe point
   bool pending_is_report_ = false;  // `pending_` carries last_report_ (updated by an exchange)
   bool stopped_ = false;            // a trip or an abort is pending: record nothing more

@@ -24,6 +24,11 @@ inline EntryRecord make_entry(Role role, int index, int sub) {
   return e;
 }
 
+// A tensor's identity for the place rule: its storage (0 for tensors without one).
+inline uintptr_t storage_key(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()) : 0;
+}
+
 inline void set_readability(EntryRecord& e, const at::Tensor& t, stats::Readability r) {
   e.state = r == stats::Readability::Read ? EntryState::Read
             : r == stats::Readability::Undefined ? EntryState::None

@@ -4,22 +4,13 @@
 #include <algorithm>
 
 #include "core/watchdog_impl.h"
+#include "frames/entry_label.h"
 #include "report/origin.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {
 
 namespace {
-
-std::string entry_label(const frames::EntryRecord& e, const frames::StringTable& strings) {
-  if (e.param_name != 0) {  // a parameter, or (an output of AccumulateGrad) its gradient
-    return e.role == frames::Role::Param ? strings.at(e.param_name) : strings.at(e.param_name) + ".grad";
-  }
-  std::string label = e.role == frames::Role::Input ? "input" : "output";
-  if (e.index >= 0) label += "[" + std::to_string(e.index) + "]";
-  if (e.sub_index >= 0) label += "[" + std::to_string(e.sub_index) + "]";
-  return label;
-}
 
 std::string dtype_text(int8_t dtype) {
   return dtype < 0 ? std::string() : stats::dtype_name(static_cast<c10::ScalarType>(dtype));
@@ -47,7 +38,7 @@ Frame Watchdog::Impl::to_frame(const frames::FrameRecord& r) const {
       const auto& e = r.entries[i];
       if (e.role != role) continue;
       Entry out;
-      out.label = entry_label(e, strings);
+      out.label = frames::entry_label(e, strings);
       out.role = e.role == frames::Role::Param    ? EntryRole::Parameter
                  : e.role == frames::Role::Input  ? EntryRole::Input
                  : e.param_name != 0              ? EntryRole::Gradient
@@ -72,9 +63,14 @@ Frame Watchdog::Impl::to_frame(const frames::FrameRecord& r) const {
   return f;
 }
 
-Report Watchdog::Impl::build_report() const {
+Report Watchdog::Impl::build_report(const core::DetectionPolicy::Judgement* judged) const {
   Report report;
   for (size_t i = 0; i < ring.size(); ++i) report.frames.push_back(to_frame(ring.at(i)));
+  if (judged) {
+    report.escape = judged->escape;
+    if (judged->made_by) report.origin_frame = to_frame(*judged->made_by);
+  }
+  report.tolerated = delivery.policy().tolerated();
   report::describe_origin(report);
   return report;
 }

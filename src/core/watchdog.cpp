@@ -1,10 +1,16 @@
 // Watchdog lifetime, batches, and what happens at a trip (its delivery: src/core/delivery.h).
 #include <sentinel/watchdog.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <ostream>
+#include <regex>
 
 #include "capture/thread_state.h"
 #include "core/watchdog_impl.h"
+#include "options/nonfinite_allowance.h"
 #include "report/stack_trace.h"
 
 namespace sentinel {
@@ -16,9 +22,34 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       batches(opts.trace_batch_nums(), opts.abort_after_batch_num()),
       observers(opts),
       ranks(opts.ranks()),
-      delivery(opts, ranks.session().files_dir(opts.report_dir())) {
+      delivery(opts, ranks.session().files_dir(opts.report_dir()), detection_policy()) {
+  warn_of_unmatched_allowances();
   anchor = std::make_shared<capture::SessionAnchor>(this);
   capture::bind_to_this_thread(anchor);
+}
+
+std::unique_ptr<core::DetectionPolicy> Watchdog::Impl::detection_policy() {
+  if (opts.strict()) return std::make_unique<core::AnyNonFinite>();
+  std::vector<options::NonfiniteAllowance> allow;
+  for (const auto& text : opts.allow_nonfinite()) allow.push_back(options::parse_allowance(text));
+  auto rule = std::make_unique<core::PlaceRule>(places, strings, std::move(allow));
+  place_rule = rule.get();
+  return rule;
+}
+
+void Watchdog::Impl::warn_of_unmatched_allowances() {
+  std::vector<std::string> unmatched;
+  for (const auto& text : opts.allow_nonfinite()) {
+    const auto a = options::parse_allowance(text);
+    const auto& paths = index->module_paths();
+    if (std::none_of(paths.begin(), paths.end(), [&](const std::string& p) { return std::regex_match(p, a.module); })) {
+      unmatched.push_back(fmt::format("'{}'", text));
+    }
+  }
+  if (unmatched.empty()) return;
+  opts.output() << fmt::format("sentinel: allow_nonfinite {} matches no module of this model: it allows nothing\n",
+                               fmt::join(unmatched, ", "))
+                << std::flush;
 }
 
 Watchdog::Impl::~Impl() {
@@ -90,6 +121,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   clear_stats_cache_locked();
   core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
+  delivery.policy().begin_batch();
   backward_in_batch = false;
   ranks.backward_ran_in_batch = false;
   if (batches.begin()) {
@@ -244,7 +276,7 @@ void Watchdog::Impl::throw_pending() {
 
 // Called with the lock held and the detecting frame just pushed.
 void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::FrameRecord* f) {
-  Report report = build_report();
+  Report report = build_report(&delivery.last_judgement());
   report.fp8_metrics = observers.last_fp8_metrics();
   if (f) report.dump_dir = dump_tripping_op(*f, report.batch_number);
   // Only now, at detection, is the cost of walking the stacks paid.

@@ -106,6 +106,50 @@ std::vector<Frame> Watchdog::saved_frames() const {
   return frames;
 }
 
+std::vector<ToleratedCount> Watchdog::tolerated() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->delivery.policy().tolerated();
+}
+
+bool Watchdog::tolerating() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->place_rule && impl_->place_rule->holds_any();
+}
+
+void Watchdog::returned(const torch::nn::Module& module, const std::vector<at::Tensor>& outputs) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (!impl_->index) return;
+  if (const auto place = impl_->index->module_place(&module)) impl_->check_returned(*place, outputs, lock);
+}
+
+namespace {
+
+void tensors_in(const c10::IValue& v, std::vector<at::Tensor>& out, int depth = 0) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (depth < 4 && v.isTuple()) {
+    for (const auto& item : v.toTupleRef().elements()) tensors_in(item, out, depth + 1);
+  } else if (depth < 4 && v.isList()) {
+    for (const auto& item : v.toListRef()) tensors_in(item, out, depth + 1);
+  } else if (depth < 4 && v.isGenericDict()) {
+    for (const auto& item : v.toGenericDict()) tensors_in(item.value(), out, depth + 1);
+  }
+}
+
+}  // namespace
+
+void Watchdog::batch_returned(const c10::IValue& output) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (!impl_->index || !impl_->place_rule) return;
+  // Frames still waiting for a device's numbers have not been judged yet: the batch's end reads
+  // them back anyway, so this costs no extra host wait.
+  impl_->resolve_deferred(lock);
+  if (!impl_->place_rule->holds_any()) return;
+  std::vector<at::Tensor> tensors;
+  tensors_in(output, tensors);
+  impl_->check_returned(impl_->index->root_place(), tensors, lock);
+}
+
 const Options& Watchdog::options() const { return impl_->opts; }
 
 // ---- BatchGuard -------------------------------------------------------------------------------

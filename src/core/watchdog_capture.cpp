@@ -75,6 +75,10 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
     bool writes_an_argument = info.overwritten_args != 0;
     for (const auto& a : args) writes_an_argument = writes_an_argument || (a.alias_info() && a.alias_info()->isWrite());
     info.pure = !writes_an_argument && overlap::writes_only_results(fn.name());
+    info.writes = writes_an_argument;
+  } else {
+    const std::string name = fn.name();
+    info.writes = !name.empty() && name.back() == '_';  // no schema: ATen's in-place spelling
   }
   return info;
 }
@@ -140,7 +144,7 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
   }
 }
 
-uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts) {
+uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts, uint32_t& module) {
   // Innermost module scope gives the base path; named scopes after it extend it.
   size_t base = ts.scopes.size();
   std::optional<uint32_t> module_place;
@@ -153,6 +157,7 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts) {
   }
   std::string path = module_place ? places.path(*module_place) : std::string();
   std::string cls = module_place ? places.cls(*module_place) : std::string();
+  module = module_place ? *module_place : index->root_place();
   for (size_t i = base == ts.scopes.size() ? 0 : base + 1; i < ts.scopes.size(); ++i) {
     path = path.empty() ? ts.scopes[i].name : path + "." + ts.scopes[i].name;
     cls = "scope";
@@ -197,6 +202,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   f.batch_number = batches.current();
   f.op = info.display_name;
   f.op_key = name_id;
+  f.writes_arguments = info.writes;
   f.direction = static_cast<uint8_t>(Direction::Forward);
   const auto inputs = own_arguments(fn, info);
   // Each input's parameter, looked up once; the first one names the module (C++ frontend).
@@ -222,18 +228,24 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     }
   }
 
+  // Whether the op is placed inside a module whose forward is seen: a TorchScript forward, an op
+  // inside a module's scope (the Python module's hooks, sentinel::scope). The rest (the training
+  // loop's ops, a C++ model's ops without scopes, named by a parameter or not) is judged strictly
+  // by the place rule: nothing says where their module's forward ends.
+  f.in_model = !ts.scopes.empty();
   if (index->is_torchscript()) {
     const auto hierarchy = torch::jit::currentModuleHierarchy();
-    f.place = index->place_for_hierarchy(hierarchy);
+    f.place = f.module_place = index->place_for_hierarchy(hierarchy);
+    f.in_model = !hierarchy.empty();
     f.attribution = static_cast<uint8_t>(hierarchy.size() > 1 ? Attribution::ModuleHierarchy : Attribution::ModelRoot);
   } else if (owner) {
-    f.place = owner->place;
+    f.place = f.module_place = owner->place;
     f.attribution = static_cast<uint8_t>(Attribution::Parameter);
   } else if (!ts.scopes.empty()) {
-    f.place = scope_place(ts);
+    f.place = scope_place(ts, f.module_place);
     f.attribution = static_cast<uint8_t>(Attribution::UserScope);
   } else {
-    f.place = index->root_place();
+    f.place = f.module_place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
   const uint32_t gemm_operands = observers.want_operands() ? gemm_mask(f.op) : 0;
@@ -249,6 +261,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       frames::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
       core::set_readability(e, inputs[i].toTensor(), stats::Readability::Overwritten);
+      e.storage = core::storage_key(inputs[i].toTensor());
       if (params[i]) e.param_name = params[i]->name;
       f.add(e);
       continue;
@@ -315,6 +328,34 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
   }
   finish_frame(f, lock);
   ending.frame = nullptr;
+}
+
+void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs,
+                                    std::unique_lock<std::mutex>& lock) {
+  if (!place_rule || !place_rule->holds_any() || delivery.stopped() || !batches.open() ||
+      batches.is_traced(batches.current())) {
+    return;
+  }
+  // Only the outputs holding a tolerated value are read: reading every module's outputs would
+  // double the cost of watching.
+  std::vector<size_t> worth;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (place_rule->holds_tolerated(core::storage_key(outputs[i]), module_place)) worth.push_back(i);
+  }
+  if (worth.empty()) return;
+  c10::InferenceMode no_autograd;
+  FrameRecord f;
+  f.reset();
+  f.batch_number = batches.current();
+  f.op = f.op_key = strings.intern("return");
+  f.direction = static_cast<uint8_t>(Direction::Forward);
+  f.place = f.module_place = module_place;
+  f.attribution = static_cast<uint8_t>(Attribution::UserScope);
+  f.in_model = f.is_return = true;
+  for (size_t i : worth) {
+    f.add(read_entry(f, outputs[i], Role::Output, outputs.size() == 1 ? -1 : static_cast<int>(i), -1, false));
+  }
+  finish_frame(f, lock);
 }
 
 std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {

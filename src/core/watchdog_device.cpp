@@ -2,6 +2,7 @@
 // read-back that resolves the frames waiting for a device's numbers, in order.
 #include <ATen/core/Tensor.h>
 
+#include "core/entry_builder.h"
 #include "core/read_faults.h"
 #include "core/watchdog_impl.h"
 
@@ -15,7 +16,9 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
                                        bool headroom, const GemmOperand* gemm, bool reuse_reads) {
   core::testing::maybe_fail_read();
   const core::ReadRequest request{role, index, sub, headroom, gemm, reuse_reads};
-  return readers.pick(f, t, request).read(f, t, request);
+  EntryRecord e = readers.pick(f, t, request).read(f, t, request);
+  e.storage = core::storage_key(t);
+  return e;
 }
 
 void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current) {

@@ -19,6 +19,7 @@
 #include "core/delivery.h"
 #include "core/entry_reader.h"
 #include "core/model_index.h"
+#include "core/place_rule.h"
 #include "core/rank_glue.h"
 #include "core/step_observers.h"
 #include "frames/batch_state.h"
@@ -46,6 +47,7 @@ struct OpInfo {
   int num_args = -1;
   int num_returns = -1;
   bool pure = false;  // writes nothing but its results: its inputs may be read beside it
+  bool writes = false;  // writes into an argument (in place, out=): a result sharing an argument's memory is a write
   bool collective = false;  // writes its tensors after it returns, unannounced (core/uninitialized_ops.h)
 };
 
@@ -95,7 +97,11 @@ struct Watchdog::Impl final : capture::Session {
   void snapshot_trace_locked(bool next_batch);
 
   Frame to_frame(const frames::FrameRecord& f) const;
-  Report build_report() const;
+  // The ring's frames and the origin; `judged`: how the detection policy judged the trigger.
+  Report build_report(const core::DetectionPolicy::Judgement* judged = nullptr) const;
+  // A module's forward returned `outputs` (lock held): their frame, when one holds a value
+  // tolerated inside the module, is judged by the place rule.
+  void check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs, std::unique_lock<std::mutex>& lock);
 
   Options opts;
   frames::StringTable strings;
@@ -132,6 +138,8 @@ struct Watchdog::Impl final : capture::Session {
   // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of
   // them (src/core/rank_glue.h; the exchanges at safe points: src/core/watchdog_ranks.cpp).
   core::RankGlue ranks;
+  // The place rule inside `delivery` (null under Options::strict); set while `delivery` is made.
+  core::PlaceRule* place_rule = nullptr;
   // Detection's rule, the actions, the error held for the next safe point, traces; report files
   // go to report_dir, or report_dir/rank<R> (src/core/delivery.h).
   core::Delivery delivery;
@@ -146,7 +154,12 @@ struct Watchdog::Impl final : capture::Session {
   void add_input(frames::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
                  bool gemm_operand, const core::ParamRef* param);
   void add_outputs(frames::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
-  uint32_t scope_place(capture::ThreadState& ts);
+  // The place of an op inside module scopes; `module`: the innermost module's own place.
+  uint32_t scope_place(capture::ThreadState& ts, uint32_t& module);
+  // Options::strict's rule, or the place rule (kept in `place_rule`).
+  std::unique_ptr<core::DetectionPolicy> detection_policy();
+  // allow_nonfinite patterns that no module path matches are said, once, at the start.
+  void warn_of_unmatched_allowances();
   void begin_batch_locked(std::unique_lock<std::mutex>& lock);
   void end_batch_locked(std::unique_lock<std::mutex>& lock);
   // Between batches: empties the statistics cache, or keeps the parameters' entries

@@ -24,6 +24,9 @@ struct EntryRecord {
   bool has_headroom = false;
   HeadroomCounts headroom;
   int64_t pending_slot = -1;  // read on a device: the result slot its numbers will come back in
+  // The tensor's storage (its identity while it lives; 0: none): which module made the values an
+  // op reads, and whether an op writes into its own argument (the place rule, core/place_rule.h).
+  uintptr_t storage = 0;
 };
 
 struct FrameRecord {
@@ -37,8 +40,14 @@ struct FrameRecord {
   uint32_t op_key = 0;  // name.overload: the op-info cache key
   uint32_t forward_op = 0;  // backward frames: the forward op this autograd node differentiates
   uint32_t place = 0;  // PlaceTable id: module path + class
+  uint32_t module_place = 0;  // the innermost module's place (`place` may add user scopes to it)
   uint8_t attribution = 0;
   uint8_t direction = 0;
+  bool in_model = false;  // run by the model's own code (a module's forward), not the training loop's
+  bool is_return = false;  // not an op: what a module's forward returned (its outputs)
+  // The op writes into an argument (in place, out=); otherwise a result in an argument's memory
+  // is that argument passed on (dropout in eval mode returns its input).
+  bool writes_arguments = false;
   uint16_t entry_count = 0;
   int64_t entries_omitted = 0;
   uint16_t outputs_seen = 0;  // outputs added so far, kept or omitted (numbers the next one)
@@ -63,6 +72,9 @@ struct FrameRecord {
     error = 0;
     omitted_slot[0] = omitted_slot[1] = -1;
     forward_op = 0;
+    in_model = false;
+    is_return = false;
+    writes_arguments = false;
     outputs_seen = 0;
     entry_count = 0;
     entries_omitted = 0;
@@ -86,8 +98,12 @@ struct FrameRecord {
     op_key = o.op_key;
     forward_op = o.forward_op;
     place = o.place;
+    module_place = o.module_place;
     attribution = o.attribution;
     direction = o.direction;
+    in_model = o.in_model;
+    is_return = o.is_return;
+    writes_arguments = o.writes_arguments;
     entry_count = o.entry_count;
     entries_omitted = o.entries_omitted;
     inputs_finite = o.inputs_finite;

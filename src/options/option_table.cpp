@@ -228,6 +228,11 @@ const Table<Options>& option_fields() {
        [](O& o, const Value& v) { o.report_dir(path_or_none(v)); }},
       {"skip_view_ops", kBool, "true", "no frames for ops whose outputs only alias their inputs (view, t, select)",
        [](O& o, const Value& v) { o.skip_view_ops(v.boolean()); }},
+      {"strict", kBool, "false", "every op's inf/nan is an error, even one that never leaves its module (docs/nonfinite.md)",
+       [](O& o, const Value& v) { o.strict(v.boolean()); }},
+      {"allow_nonfinite", "a list of \"MODULE_REGEX [OP [ARGUMENT [KINDS]]]\"", "[]",
+       "values the place rule would stop that the model means: counted, not reported (docs/nonfinite.md)",
+       [](O& o, const Value& v) { o.allow_nonfinite(list_of(v, [](const Value& item) { return item.text(); })); }},
       {"fp8", "true or false, or a mapping of the fp8 fields", "false", "the FP8 probe (docs/fp8.md)",
        [](O& o, const Value& v) {
          Fp8Options f = o.fp8();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "options/field_error.h"
+#include "options/nonfinite_allowance.h"
 #include "options/spellings.h"
 #include "options/words.h"
 
@@ -170,6 +171,13 @@ void Options::validate() const {
   check_ranks(ranks_);
   check_collections(stats_collections_);
   check_loggers(loggers_);
+  for (size_t i = 0; i < allow_nonfinite_.size(); ++i) {
+    try {
+      options::parse_allowance(allow_nonfinite_[i]);
+    } catch (const std::invalid_argument& e) {
+      bad(fmt::format("allow_nonfinite[{}]", i), fmt::format("'{}' {}", allow_nonfinite_[i], e.what()));
+    }
+  }
   check_schedule("dumps", dumps_);
   check_at_least("dumps.max_bytes", dumps_.max_bytes(), 0);
 }

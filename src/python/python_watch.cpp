@@ -1,5 +1,6 @@
 #include "python/python_watch.h"
 
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/nn/module.h>
 
@@ -110,10 +111,56 @@ void PythonWatch::enter(size_t module) {
   enter_scope(*mirrors_[module]);
 }
 
-bool PythonWatch::leave(size_t module) {
+namespace {
+
+// The tensors in what a forward returned, a few levels deep (a ModelOutput is a dict).
+void tensors_in(py::handle value, std::vector<at::Tensor>& out, int depth = 0) {
+  if (THPVariable_Check(value.ptr())) {
+    out.push_back(THPVariable_Unpack(value.ptr()));
+  } else if (depth < 4 && (py::isinstance<py::tuple>(value) || py::isinstance<py::list>(value))) {
+    for (auto item : value) tensors_in(item, out, depth + 1);
+  } else if (depth < 4 && py::isinstance<py::dict>(value)) {
+    for (auto item : value.cast<py::dict>()) tensors_in(item.second, out, depth + 1);
+  }
+}
+
+}  // namespace
+
+bool PythonWatch::leave(size_t module, py::handle output) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
+  Watchdog& w = live();
+  if (w.tolerating()) {
+    std::vector<at::Tensor> tensors;
+    tensors_in(output, tensors);
+    if (!tensors.empty()) without_gil([&] { w.returned(*mirrors_[module], tensors); });
+  }
   leave_scope(*mirrors_[module]);
   return text_.waiting();
+}
+
+py::list PythonWatch::tolerated() const {
+  std::vector<ToleratedCount> counts;
+  {
+    Watchdog& w = live();
+    py::gil_scoped_release no_gil;
+    counts = w.tolerated();
+  }
+  py::list out;
+  for (const auto& c : counts) {
+    py::dict row;
+    row["module_path"] = c.module_path;
+    row["module_class"] = c.module_class;
+    row["op"] = c.op;
+    row["allowed"] = c.allowed;
+    row["frames"] = c.frames;
+    row["nan"] = c.nan;
+    row["pos_inf"] = c.pos_inf;
+    row["neg_inf"] = c.neg_inf;
+    row["first_batch"] = c.first_batch;
+    row["last_batch"] = c.last_batch;
+    out.append(row);
+  }
+  return out;
 }
 
 void PythonWatch::begin_batch() {

@@ -219,6 +219,24 @@ Report read_report(const Node& root) {
   r.world_size = root.at("world_size").integer();
   r.produced_here = root.at("produced_here").boolean();
   r.origin = root.at("origin").str();
+  if (version >= 9) {
+    if (!root.at("origin_frame").is_null()) r.origin_frame = read_frame(root.at("origin_frame"));
+    r.escape = root.at("escape").one_of({Escape::None, Escape::Read, Escape::Written, Escape::Returned});
+    for (const Node& t : root.at("tolerated").items()) {
+      ToleratedCount c;
+      c.module_path = t.at("module_path").str();
+      c.module_class = t.at("module_class").str();
+      c.op = t.at("op").str();
+      c.allowed = t.at("allowed").boolean();
+      c.frames = t.at("frames").integer();
+      c.nan = t.at("nan").integer();
+      c.pos_inf = t.at("pos_inf").integer();
+      c.neg_inf = t.at("neg_inf").integer();
+      c.first_batch = t.at("first_batch").integer();
+      c.last_batch = t.at("last_batch").integer();
+      r.tolerated.push_back(std::move(c));
+    }
+  }
   r.stack = strings(root.at("stack"));
   r.torchscript_stack = strings(root.at("torchscript_stack"));
   if (version >= 8) r.python_stack = strings(root.at("python_stack"));

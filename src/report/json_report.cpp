@@ -70,29 +70,50 @@ nlohmann::json fp8_metrics_json(const Fp8SlotMetrics& m) {
   return j;
 }
 
+
+nlohmann::json frame_json(const Frame& f) {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : f.entries) entries.push_back(entry_json(e));
+  nlohmann::json j{{"batch_number", f.batch_number},
+                   {"op_index", f.op_index},
+                   {"direction", to_string(f.direction)},
+                   {"module_path", f.module_path},
+                   {"module_class", f.module_class},
+                   {"op", f.op},
+                   {"forward_op", f.forward_op},
+                   {"attribution", to_string(f.attribution)},
+                   {"inputs_finite", f.inputs_finite},
+                   {"outputs_finite", f.outputs_finite},
+                   {"entries_omitted", f.entries_omitted},
+                   {"entries", entries}};
+  if (!f.error.empty()) j["error"] = f.error;
+  return j;
+}
+
+nlohmann::json tolerated_json(const std::vector<ToleratedCount>& counts) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& c : counts) {
+    rows.push_back({{"module_path", c.module_path},
+                    {"module_class", c.module_class},
+                    {"op", c.op},
+                    {"allowed", c.allowed},
+                    {"frames", c.frames},
+                    {"nan", c.nan},
+                    {"pos_inf", c.pos_inf},
+                    {"neg_inf", c.neg_inf},
+                    {"first_batch", c.first_batch},
+                    {"last_batch", c.last_batch}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::string fp8_metrics_json_line(const Fp8SlotMetrics& m) { return report::json_text(fp8_metrics_json(m)); }
 
 std::string render_json(const Report& report) {
   nlohmann::json frames = nlohmann::json::array();
-  for (const auto& f : report.frames) {
-    nlohmann::json entries = nlohmann::json::array();
-    for (const auto& e : f.entries) entries.push_back(entry_json(e));
-    frames.push_back({{"batch_number", f.batch_number},
-                      {"op_index", f.op_index},
-                      {"direction", to_string(f.direction)},
-                      {"module_path", f.module_path},
-                      {"module_class", f.module_class},
-                      {"op", f.op},
-                      {"forward_op", f.forward_op},
-                      {"attribution", to_string(f.attribution)},
-                      {"inputs_finite", f.inputs_finite},
-                      {"outputs_finite", f.outputs_finite},
-                      {"entries_omitted", f.entries_omitted},
-                      {"entries", entries}});
-    if (!f.error.empty()) frames.back()["error"] = f.error;
-  }
+  for (const auto& f : report.frames) frames.push_back(frame_json(f));
   nlohmann::json metrics = nlohmann::json::array();
   for (const auto& m : report.fp8_metrics) metrics.push_back(fp8_metrics_json(m));
   nlohmann::json alarms = nlohmann::json::array();
@@ -124,6 +145,9 @@ std::string render_json(const Report& report) {
                    {"ranks", ranks},
                    {"produced_here", report.produced_here},
                    {"origin", report.origin},
+                   {"origin_frame", report.origin_frame ? frame_json(*report.origin_frame) : nlohmann::json(nullptr)},
+                   {"escape", to_string(report.escape)},
+                   {"tolerated", tolerated_json(report.tolerated)},
                    {"trigger_frame", report.frames.empty() ? 0 : report.frames.size() - 1},
                    {"stack", report.stack},
                    {"torchscript_stack", report.torchscript_stack},

@@ -20,9 +20,14 @@ std::string join_labels(const Frame& f, bool outputs) {
   return out;
 }
 
-std::string where(const Frame& f) {
+std::string module_of(const Frame& f) {
   std::string place = f.module_path.empty() ? "the model's root" : f.module_path;
   if (!f.module_class.empty()) place += " (" + f.module_class + ")";
+  return place;
+}
+
+std::string where(const Frame& f) {
+  const std::string place = module_of(f);
   if (f.direction == Direction::Backward && f.op == "AccumulateGrad") return "the parameter gradients of " + place;
   if (f.direction == Direction::Backward) {
     return "backward node " + f.op + " (the gradient of " + (f.forward_op.empty() ? "an op" : f.forward_op) +
@@ -45,17 +50,41 @@ const Frame* unread_fused_group_before(const Report& report) {
   return nullptr;
 }
 
+// How a value tolerated inside the module that made it became an error at `t`.
+std::string escape_text(Escape escape, const Frame& t) {
+  switch (escape) {
+    case Escape::Read: return where(t) + " read it";
+    case Escape::Written:
+      return where(t) + " wrote it into a tensor that module did not make (a parameter, a buffer or its input)";
+    case Escape::Returned: return module_of(t) + " returned it from its forward";
+    case Escape::None: break;
+  }
+  return where(t) + " met it";
+}
+
 }  // namespace
 
 void describe_origin(Report& report) {
   const Frame& t = report.trigger();
   report.batch_number = t.batch_number;
+  if (report.origin_frame) {
+    // The value was made earlier and tolerated inside its module: the origin is the op that made it.
+    const Frame& m = *report.origin_frame;
+    const std::string outputs = join_labels(m, true);
+    report.produced_here = false;
+    report.origin = "origin: " + where(m) + " produced the first inf/nan" +
+                    (outputs.empty() ? std::string() : " (in " + outputs + ")") +
+                    (m.inputs_finite ? ": all its inputs and parameters were finite" : "") + "; tolerated inside " +
+                    module_of(m) + " until " + escape_text(report.escape, t);
+    return;
+  }
   report.produced_here = t.inputs_finite && !t.outputs_finite;
   if (report.produced_here) {
     const std::string outputs = join_labels(t, true);
     report.origin = "origin: " + where(t) + " produced the first inf/nan" +
                     (outputs.empty() ? std::string(" (in an output not shown)") : " (in " + outputs + ")") +
                     ": all its inputs and parameters were finite";
+    if (report.escape == Escape::Written) report.origin += ", and wrote it into a tensor its module did not make";
     return;
   }
   std::string params, inputs;

@@ -126,6 +126,26 @@ std::string render_fp8_recipe_table(const std::vector<Fp8SlotMetrics>& metrics) 
   return blocks.empty() ? out : out + "\n" + blocks;
 }
 
+std::string render_tolerated_text(const std::vector<ToleratedCount>& tolerated) {
+  if (tolerated.empty()) return "";
+  std::string out = "Non-finite values tolerated so far inside the modules that made them (the place rule):\n";
+  for (const auto& c : tolerated) {
+    std::string kinds;
+    auto add = [&](int64_t n, const char* kind) {
+      if (n > 0) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, kind);
+    };
+    add(c.neg_inf, "-inf");
+    add(c.pos_inf, "+inf");
+    add(c.nan, "nan");
+    const std::string batches = c.first_batch == c.last_batch ? fmt::format("batch {}", c.first_batch)
+                                                              : fmt::format("batches {}-{}", c.first_batch, c.last_batch);
+    out += fmt::format("  {}{} {}: {} frame{} in {}{}{}\n", c.module_path.empty() ? "(root)" : c.module_path,
+                       c.module_class.empty() ? "" : " (" + c.module_class + ")", c.op, c.frames, c.frames == 1 ? "" : "s",
+                       batches, kinds.empty() ? "" : ", " + kinds, c.allowed ? " (allowed by allow_nonfinite)" : "");
+  }
+  return out;
+}
+
 std::string render_text(const Report& report) {
   if (report.kind == "fp8_alarm") {
     std::string out = "FP8 alarm during batch_number=" + std::to_string(report.batch_number) + "\n";
@@ -160,6 +180,13 @@ std::string render_text(const Report& report) {
     out += render_frame_text(f);
   }
   out += "\n" + report.origin + "\n";
+  if (const auto& m = report.origin_frame) {
+    const bool shown = std::any_of(report.frames.begin(), report.frames.end(), [&](const Frame& f) {
+      return f.batch_number == m->batch_number && f.op_index == m->op_index && f.direction == m->direction;
+    });
+    if (!shown) out += "The op that made it (before the frames above):\n" + render_frame_text(*m);
+  }
+  out += render_tolerated_text(report.tolerated);
   out += render_ranks_text(report);
   if (!report.dump_dir.empty()) {
     out += "The op's arguments and results are saved in " + report.dump_dir + " (sentinel replay " + report.dump_dir +
@@ -204,6 +231,16 @@ const char* to_string(RankRole r) {
     case RankRole::Made: return "made";
     case RankRole::Received: return "received";
     case RankRole::Stopped: return "stopped";
+  }
+  return "?";
+}
+
+const char* to_string(Escape e) {
+  switch (e) {
+    case Escape::None: return "none";
+    case Escape::Read: return "read";
+    case Escape::Written: return "written";
+    case Escape::Returned: return "returned";
   }
   return "?";
 }

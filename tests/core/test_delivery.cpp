@@ -64,7 +64,11 @@ TEST(Delivery, TheStrictRuleTripsOnTheFirstNonFiniteFrameOfEachBatchOnly) {
 
 TEST(Delivery, ThePolicyIsASeamThatDecidesWhatIsAnError) {
   struct OnlyBatchTwo final : DetectionPolicy {
-    bool is_error(const FrameRecord& f) const override { return f.batch_number == 2; }
+    Judgement judge(const FrameRecord& f) override {
+      Judgement j;
+      j.error = f.batch_number == 2;
+      return j;
+    }
   };
   Options opts;
   Delivery d(opts, "", std::make_unique<OnlyBatchTwo>());

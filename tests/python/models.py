@@ -27,7 +27,7 @@ class T5DenseGatedGeluDense(nn.Module):
         hidden_gelu = self.act(self.wi_0(hidden_states))
         hidden_linear = self.wi_1(hidden_states)
         hidden_states = hidden_gelu * hidden_linear  # OVERFLOW_LINE
-        return self.wo(hidden_states)
+        return self.wo(hidden_states)  # LEAVES_LINE
 
 
 class T5LayerFF(nn.Module):

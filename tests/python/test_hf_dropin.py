@@ -26,23 +26,41 @@ def test_the_first_overflow_is_reported_in_hfs_layout_and_raised_as_a_value_erro
     report = error.report
     assert report.batch_number == 1
     assert 10 < len(report.frames) <= 21
+    # The mul written between the two projections makes the inf; wo, inside the same module, reads
+    # it, and the report stops where the inf leaves wo (its forward returns it), as HF's does.
     trigger = report.trigger
-    # The mul written between the two projections, named by the module running it.
-    assert trigger.op == "aten::mul"
-    assert trigger.module_path == "block.1.layer.0.DenseReluDense"
-    assert trigger.module_class == "T5DenseGatedGeluDense"
-    assert trigger.direction == "forward"
+    assert trigger.op == "return"
+    assert trigger.module_path == "block.1.layer.0.DenseReluDense.wo"
+    assert trigger.module_class == "Linear"
+    assert report.escape == "returned"
+    made = report.origin_frame
+    assert made.op == "aten::mul"
+    assert made.module_path == "block.1.layer.0.DenseReluDense"
+    assert made.module_class == "T5DenseGatedGeluDense"
+    assert made.direction == "forward"
     # Its inputs were finite: the mul made the inf, and the origin line says so.
-    assert report.produced_here
-    assert "aten::mul" in report.origin and "produced the first inf/nan" in report.origin
-    inputs = [e for e in trigger.entries if e.role == "input"]
+    assert not report.produced_here
+    assert "aten::mul in block.1.layer.0.DenseReluDense" in report.origin
+    assert "produced the first inf/nan" in report.origin and "returned it from its forward" in report.origin
+    inputs = [e for e in made.entries if e.role == "input"]
     assert len(inputs) == 2 and all(e.stats.pos_inf == 0 for e in inputs)
-    assert [e for e in trigger.entries if e.role == "output"][0].stats.pos_inf > 0
-    # The Python line that ran the op, innermost first.
+    assert [e for e in made.entries if e.role == "output"][0].stats.pos_inf > 0
+    returned = [e for e in trigger.entries if e.role == "output"][0].stats
+    assert returned.nan + returned.pos_inf + returned.neg_inf > 0
+    # The Python line where it left: the call of wo.
     first = report.python_stack[0]
-    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in first, report.python_stack
-    assert "hidden_gelu * hidden_linear" in first
+    assert f"models.py:{line_of('LEAVES_LINE')}:" in first, report.python_stack
+    assert "self.wo(hidden_states)" in first
     assert "Python call stack at detection" in error.text
+    # strict=True stops at the mul itself, on its own line.
+    debug.close()
+    strict = DebugUnderflowOverflow(model, strict=True)
+    with pytest.raises(ValueError) as caught:
+        model(torch.ones(2, 8))
+    assert caught.value.report.trigger.op == "aten::mul"
+    assert caught.value.report.produced_here and caught.value.report.origin_frame is None
+    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in caught.value.report.python_stack[0]
+    strict.close()
     # The parameters a frame uses carry their names and role.
     wi_0 = [f for f in report.frames if f.module_path == "block.1.layer.0.DenseReluDense.wi_0"]
     assert wi_0 and any(e.label == "weight" and e.role == "parameter" for e in wi_0[-1].entries)
@@ -168,11 +186,12 @@ def test_reports_are_written_as_txt_json_and_html(tmp_path):
     with overflow_sentinel.watch(model, report_dir=tmp_path) as w:
         with pytest.raises(NonFiniteError):
             model(torch.ones(2, 8))
-        assert w.report.trigger.op == "aten::mul"
+        assert w.report.origin_frame.op == "aten::mul"
     names = sorted(os.listdir(tmp_path))
     assert {"sentinel_batch0.txt", "sentinel_batch0.json", "sentinel_batch0.html"} <= set(names)
     report = overflow_sentinel.Report.from_json((tmp_path / "sentinel_batch0.json").read_text())
-    assert report.python_stack and "hidden_gelu * hidden_linear" in report.python_stack[0]
+    assert report.origin_frame.op == "aten::mul" and report.escape == "returned"
+    assert report.python_stack and "self.wo(hidden_states)" in report.python_stack[0]
 
 
 def test_warn_keeps_running_and_the_callback_gets_the_report():
@@ -184,7 +203,7 @@ def test_warn_keeps_running_and_the_callback_gets_the_report():
     model(torch.ones(2, 8))
     # The first inf/nan of each batch, as in C++; the run goes on.
     assert [r.batch_number for r in seen] == [0, 1]
-    assert all(r.trigger.op == "aten::mul" and r.text.startswith("Detected inf/nan") for r in seen)
+    assert all(r.origin_frame.op == "aten::mul" and r.text.startswith("Detected inf/nan") for r in seen)
     debug.close()
     model2 = tiny_t5()
     plant_overflow(model2)
@@ -223,8 +242,8 @@ def test_a_model_run_on_another_python_thread_is_watched_there():
     worker.start()
     worker.join(timeout=60)
     assert not worker.is_alive()
-    assert len(caught) == 1 and caught[0].report.trigger.op == "aten::mul"
-    assert any("hidden_gelu * hidden_linear" in line for line in caught[0].report.python_stack)
+    assert len(caught) == 1 and caught[0].report.origin_frame.op == "aten::mul"
+    assert any("self.wo(hidden_states)" in line for line in caught[0].report.python_stack)
     # The main thread's own calls are watched as before.
     with pytest.raises(NonFiniteError):
         model(torch.ones(2, 8))

@@ -1,0 +1,190 @@
+#include "core/place_rule.h"
+
+#include <fmt/format.h>
+
+#include "frames/entry_label.h"
+
+namespace sentinel::core {
+
+using frames::EntryRecord;
+using frames::EntryState;
+using frames::FrameRecord;
+using frames::Role;
+
+namespace {
+
+bool nonfinite_read(const EntryRecord& e) { return e.state == EntryState::Read && !e.stats.finite(); }
+
+// Whether a result lies in the memory of one of the frame's arguments.
+bool shares_an_argument(const FrameRecord& f, uintptr_t storage) {
+  for (int i = 0; i < f.entry_count; ++i) {
+    if (f.entries[i].role != Role::Output && f.entries[i].storage == storage) return true;
+  }
+  return false;
+}
+
+void add_elements(ToleratedCount& c, const TensorStats& s) {
+  c.nan += s.nan;
+  c.pos_inf += s.pos_inf;
+  c.neg_inf += s.neg_inf;
+}
+
+}  // namespace
+
+PlaceRule::PlaceRule(const frames::PlaceTable& places, const frames::StringTable& strings,
+                     std::vector<options::NonfiniteAllowance> allow)
+    : places_(places), strings_(strings), allow_(std::move(allow)) {}
+
+bool PlaceRule::within(uint32_t inner, uint32_t outer) const {
+  if (inner == outer) return true;
+  const uint64_t key = (uint64_t{inner} << 32) | outer;
+  if (auto it = within_.find(key); it != within_.end()) return it->second;
+  const std::string in = places_.path(inner), out = places_.path(outer);
+  const bool inside = out.empty() || in == out || (in.size() > out.size() && in.compare(0, out.size(), out) == 0 &&
+                                                   in[out.size()] == '.');
+  within_.emplace(key, inside);
+  return inside;
+}
+
+std::string PlaceRule::label(const EntryRecord& e) const { return frames::entry_label(e, strings_); }
+
+bool PlaceRule::allowed(const FrameRecord& f, const EntryRecord& e) {
+  if (allow_.empty()) return false;
+  const std::string path = places_.path(f.place), op = strings_.at(f.op), entry = label(e);
+  for (const auto& a : allow_) {
+    if (!a.matches(path, op, entry, e.stats)) continue;
+    auto& c = counts_[{f.place, f.op, true}];
+    if (c.frames++ == 0) c.first_batch = f.batch_number;
+    c.last_batch = f.batch_number;
+    add_elements(c, e.stats);
+    return true;
+  }
+  return false;
+}
+
+void PlaceRule::count(const FrameRecord& f, bool allowed) {
+  auto& c = counts_[{f.place, f.op, allowed}];
+  if (c.frames++ == 0) c.first_batch = f.batch_number;
+  c.last_batch = f.batch_number;
+  for (int i = 0; i < f.entry_count; ++i) {
+    if (f.entries[i].role == Role::Output && nonfinite_read(f.entries[i])) add_elements(c, f.entries[i].stats);
+  }
+}
+
+DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
+  Judgement j;
+  if (f.is_return) return judge_return(f);
+  // Backward nodes, and ops the model's own code did not run, are judged where the value appears;
+  // a value tolerated inside a module that such an op reads is still traced to the op that made it.
+  if (f.direction != static_cast<uint8_t>(Direction::Forward) || !f.in_model) {
+    j.error = !f.finite();
+    if (!j.error || f.direction != static_cast<uint8_t>(Direction::Forward)) return j;
+    for (int i = 0; i < f.entry_count; ++i) {
+      const EntryRecord& e = f.entries[i];
+      if (e.role == Role::Output || !nonfinite_read(e)) continue;
+      const auto it = e.storage != 0 ? tolerated_values_.find(e.storage) : tolerated_values_.end();
+      if (it == tolerated_values_.end()) continue;
+      j.escape = Escape::Read;
+      j.made_by = it->second.by;
+      break;
+    }
+    return j;
+  }
+  const uint32_t here = f.module_place;
+  std::shared_ptr<const FrameRecord> made_by;  // of the tolerated values this op reads
+  if (!f.inputs_finite) {
+    bool seen = false;
+    for (int i = 0; i < f.entry_count && !j.error; ++i) {
+      const EntryRecord& e = f.entries[i];
+      if (e.role == Role::Output || !nonfinite_read(e)) continue;
+      seen = true;
+      const auto it = e.storage != 0 ? tolerated_values_.find(e.storage) : tolerated_values_.end();
+      if (it != tolerated_values_.end() && within(here, it->second.place)) {
+        if (!made_by) made_by = it->second.by;
+        continue;
+      }
+      if (allowed(f, e)) continue;
+      // Made elsewhere and tolerated there, or made where nothing tolerates it (the batch's input,
+      // a parameter, a buffer, a value from outside the model): judged as now.
+      j.error = true;
+      if (it != tolerated_values_.end()) {
+        j.escape = Escape::Read;
+        j.made_by = it->second.by;
+      }
+    }
+    // The non-finite inputs lie beyond the entries kept: nothing says who made them.
+    if (!seen) j.error = true;
+  }
+  bool any_tolerated = false;
+  for (int i = 0; i < f.entry_count; ++i) {
+    const EntryRecord& e = f.entries[i];
+    if (e.role != Role::Output || e.storage == 0 || e.state != EntryState::Read) continue;
+    const bool shared = shares_an_argument(f, e.storage);
+    // An argument handed back as a result (no write) holds what it held: judged where it was read.
+    if (shared && !f.writes_arguments) continue;
+    const bool in_place = shared;
+    if (!in_place) made_in_batch_[e.storage] = here;
+    if (e.stats.finite()) {
+      if (!in_place) tolerated_values_.erase(e.storage);  // new values in memory an old tensor had
+      continue;
+    }
+    if (in_place && !j.error) {
+      const auto maker = made_in_batch_.find(e.storage);
+      // Made by this module or one inside it (and handed up): its own. Otherwise it is the
+      // caller's, a parameter or a buffer, and the value leaves the module through it.
+      if ((maker == made_in_batch_.end() || !within(maker->second, here)) && !allowed(f, e)) {
+        j.error = true;
+        j.escape = Escape::Written;
+        j.made_by = made_by;
+      }
+    }
+    if (j.error) continue;
+    any_tolerated = true;
+    auto& value = tolerated_values_[e.storage];
+    value.place = here;
+    value.by = made_by ? made_by : std::make_shared<const FrameRecord>(f);
+  }
+  if (any_tolerated && !j.error) count(f, false);
+  return j;
+}
+
+bool PlaceRule::holds_tolerated(uintptr_t storage, uint32_t module_place) const {
+  const auto it = tolerated_values_.find(storage);
+  return it != tolerated_values_.end() && within(it->second.place, module_place);
+}
+
+DetectionPolicy::Judgement PlaceRule::judge_return(const FrameRecord& returned) {
+  Judgement j;
+  for (int i = 0; i < returned.entry_count; ++i) {
+    const EntryRecord& e = returned.entries[i];
+    if (!nonfinite_read(e)) continue;
+    const auto it = tolerated_values_.find(e.storage);
+    if (it == tolerated_values_.end() || !within(it->second.place, returned.module_place)) continue;
+    if (allowed(returned, e)) continue;
+    j.error = true;
+    j.escape = Escape::Returned;
+    j.made_by = it->second.by;
+    return j;
+  }
+  return j;
+}
+
+void PlaceRule::begin_batch() {
+  made_in_batch_.clear();
+  tolerated_values_.clear();
+}
+
+std::vector<ToleratedCount> PlaceRule::tolerated() const {
+  std::vector<ToleratedCount> out;
+  for (const auto& [key, c] : counts_) {
+    ToleratedCount row = c;
+    row.module_path = places_.path(std::get<0>(key));
+    row.module_class = places_.cls(std::get<0>(key));
+    row.op = strings_.at(std::get<1>(key));
+    row.allowed = std::get<2>(key);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+}  // namespace sentinel::core

@@ -1,0 +1,69 @@
+#pragma once
+// When a non-finite value is an error (docs/nonfinite.md). Each op of the model belongs to a place:
+// its module. A value an op of module P makes non-finite is tolerated while only ops of P and of
+// the modules inside P read it; it is an error once an op of another module reads it, once it is
+// written into a tensor P did not make (a parameter, a buffer, P's input), once P returns it
+// (Watchdog::Impl::check_returned), and wherever the model's own code did not make it (an op
+// outside the model, a backward node). A view's reader sees only the view's elements: the frames'
+// statistics are of what each op read. The rule is a function of the frames in op order, each
+// entry carrying its tensor's storage: it runs where detection runs, after a device's numbers are
+// back, and costs one map update per op result while every value is finite.
+#include <sentinel/report.h>
+
+#include <cstdint>
+#include <memory>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/delivery.h"
+#include "frames/frame_record.h"
+#include "frames/string_table.h"
+#include "options/nonfinite_allowance.h"
+
+namespace sentinel::core {
+
+class PlaceRule final : public DetectionPolicy {
+ public:
+  // `allow`: Options::allow_nonfinite, parsed; the tables name places, ops and parameters.
+  PlaceRule(const frames::PlaceTable& places, const frames::StringTable& strings,
+            std::vector<options::NonfiniteAllowance> allow);
+
+  Judgement judge(const frames::FrameRecord& f) override;
+  void begin_batch() override;
+  std::vector<ToleratedCount> tolerated() const override;
+
+  // A module's forward returns these entries (its outputs, with their storages): an error when one
+  // holds a value tolerated inside the module. Entries whose storage holds no tolerated value are
+  // not looked at: `holds_tolerated` says which are worth reading.
+  bool holds_tolerated(uintptr_t storage, uint32_t module_place) const;
+  bool holds_any() const { return !tolerated_values_.empty(); }
+  Judgement judge_return(const frames::FrameRecord& returned);
+
+  // Whether `inner`'s module is `outer`'s or one inside it.
+  bool within(uint32_t inner, uint32_t outer) const;
+
+ private:
+  struct Made {
+    uint32_t place = 0;  // the module whose op made the value
+    std::shared_ptr<const frames::FrameRecord> by;  // the op that first made it non-finite
+  };
+  std::string label(const frames::EntryRecord& e) const;
+  bool allowed(const frames::FrameRecord& f, const frames::EntryRecord& e);
+  void count(const frames::FrameRecord& f, bool allowed);
+
+  const frames::PlaceTable& places_;
+  const frames::StringTable& strings_;
+  std::vector<options::NonfiniteAllowance> allow_;
+  // Storage -> the module whose op made the tensor (results only; in-place writes keep it).
+  std::unordered_map<uintptr_t, uint32_t> made_in_batch_;
+  // Storage -> the tolerated non-finite value it holds.
+  std::unordered_map<uintptr_t, Made> tolerated_values_;
+  mutable std::unordered_map<uint64_t, bool> within_;
+  // (place, op, allowed) -> counts, in a stable order for reports.
+  std::map<std::tuple<uint32_t, uint32_t, bool>, ToleratedCount> counts_;
+};
+
+}  // namespace sentinel::core

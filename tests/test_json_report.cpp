@@ -118,16 +118,27 @@ TEST(JsonReport, DemoReportIsValidAgainstTheSchemaAndCarriesEveryCount) {
   validate(j, load_schema(), "$", errors);
   for (const auto& e : errors) ADD_FAILURE() << e;
   EXPECT_EQ(j["batch_number"], 3);
-  EXPECT_EQ(j["produced_here"], true);
+  // The place rule: the report stops at the residual add that reads the feed-forward's inf; the
+  // op that made it, the gated mul, is the origin frame.
+  EXPECT_EQ(j["produced_here"], false);
+  EXPECT_EQ(j["escape"], "read");
   const auto& trigger = j["frames"][j["trigger_frame"].get<size_t>()];
-  EXPECT_EQ(trigger["op"], "aten::mul");
-  const auto& out = trigger["entries"].back();
+  EXPECT_EQ(trigger["op"], "aten::add");
+  const auto& made = j["origin_frame"];
+  EXPECT_EQ(made["op"], "aten::mul");
+  const auto& out = made["entries"].back();
   EXPECT_EQ(out["label"], "output");
-  const auto& trig_frame = report.trigger();
+  ASSERT_TRUE(report.origin_frame);
+  const auto& made_frame = *report.origin_frame;
   EXPECT_EQ(out["stats"]["pos_inf"].get<int64_t>() + out["stats"]["neg_inf"].get<int64_t>(),
-            trig_frame.entries.back().stats.pos_inf + trig_frame.entries.back().stats.neg_inf);
+            made_frame.entries.back().stats.pos_inf + made_frame.entries.back().stats.neg_inf);
   EXPECT_GT(out["stats"]["pos_inf"].get<int64_t>() + out["stats"]["neg_inf"].get<int64_t>(), 0);
   EXPECT_EQ(out["stats"]["count"], 2 * 4 * 32);
+  // The tolerated values, counted: the mul's, as the origin frame holds them.
+  ASSERT_FALSE(j["tolerated"].empty());
+  EXPECT_EQ(j["tolerated"][0]["op"], "aten::mul");
+  EXPECT_EQ(j["tolerated"][0]["pos_inf"].get<int64_t>() + j["tolerated"][0]["neg_inf"].get<int64_t>(),
+            made_frame.entries.back().stats.pos_inf + made_frame.entries.back().stats.neg_inf);
 }
 
 TEST(JsonReport, SchemaRejectsWhatIsWrong) {

@@ -98,7 +98,8 @@ TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {
     EXPECT_EQ(r.escape, sentinel::Escape::Read);
     EXPECT_EQ(r.trigger().module_path, "encoder.1.a");
     EXPECT_EQ(r.trigger().op, "aten::addmm");
-    EXPECT_NE(r.origin.find("aten::exp in encoder.0 (Block) produced the first inf/nan"), std::string::npos) << r.origin;
+    EXPECT_NE(r.origin.find("aten::exp in encoder.0 (Block) produced the first inf/nan"), std::string::npos)
+        << r.origin;
     EXPECT_NE(r.origin.find("until aten::addmm in encoder.1.a (Linear) read it"), std::string::npos) << r.origin;
     // Strict, it stops at exp itself.
     sentinel::DebugUnderflowOverflow strict(model, sentinel::Options().output(out).strict(true));

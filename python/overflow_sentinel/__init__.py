@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from . import _build_info
+from . import _amp, _build_info
 
 
 def _load_native():
@@ -111,6 +111,13 @@ class Watch:
         self._callback = callback
         native_callback = None if callback is None else functools.partial(_call_back, me)
         self._native = _native.Watch(model, options, None if config is None else str(config), native_callback)
+        self._flush()  # what starting said (allow_nonfinite patterns that match no module)
+        # fp16 AMP: a backward GradScaler scaled, and whose step it then skips (_amp.py).
+        _amp.enter()
+        self._amp_entered = True
+        self._amp_mark = _amp.generation()
+        self._amp_held = None
+        self._skipped_steps = []
         if older is not None:
             older.close()  # Trainer builds a new one at every train(): the newer one watches
         self._explicit = 0
@@ -149,6 +156,11 @@ class Watch:
                 sys.stdout.write(f"overflow_sentinel: {path or 'the model'} is not watched op by op: {why}. "
                                  f"To watch it: {how}.\n")
             self._compiled = []
+        if self._amp_held is not None:
+            error, self._amp_held = self._amp_held, None  # no GradScaler.step() came to judge it
+            _amp.forget(self)
+            raise error
+        self._amp_mark = _amp.generation()
         if not self._explicit:
             self._call(self._native.begin_batch)
 
@@ -173,7 +185,27 @@ class Watch:
     def _after_backward(self):
         if self._native.closed:
             return
-        self._call(self._native.after_backward)
+        scaler = _amp.scaler_since(self._amp_mark)
+        try:
+            self._call(self._native.after_backward)
+        except NonFiniteError as error:
+            trigger = error.report.trigger if error.report is not None else None
+            if scaler is None or trigger is None or trigger.direction != "backward":
+                raise
+            # A scaled backward: its scaler's step() says whether this is an overflow it skips.
+            self._amp_held = error
+            _amp.hold(scaler, self, error)
+
+    def _amp_skipped(self, error, scale):
+        self._amp_held = None
+        record = {"batch_number": error.report.batch_number, "scale": scale, "origin": error.report.origin}
+        self._skipped_steps.append(record)
+        sys.stdout.write(f"overflow_sentinel: GradScaler skips the step of batch {record['batch_number']}: its "
+                         f"gradients at scale {scale:g} hold inf/nan (it lowers its scale); counted, not an error\n")
+        sys.stdout.flush()
+
+    def _amp_resolved(self):
+        self._amp_held = None
 
     # ---- the user's calls ---------------------------------------------------------------------
 
@@ -206,6 +238,12 @@ class Watch:
         """The frames kept now, oldest first (at most max_frames_to_save)."""
         return Report.from_json(self._native.saved_frames_json()).frames
 
+    @property
+    def amp_skipped_steps(self):
+        """fp16 AMP: the steps GradScaler skipped for inf/nan gradients this watchdog found, one
+        dict each: batch_number, scale (the scaler's, before it lowered it), origin."""
+        return list(self._skipped_steps)
+
     def tolerated(self):
         """The non-finite values the place rule tolerated so far (a -inf mask consumed inside the
         module that made it), one dict per module and op: module_path, module_class, op, allowed
@@ -226,6 +264,10 @@ class Watch:
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer.detach()
+        if getattr(self, "_amp_entered", False):
+            self._amp_entered = False
+            _amp.forget(self)
+            _amp.leave()
         if not self._native.closed:
             text = self._native.close()
             if text:
@@ -279,12 +321,19 @@ def _close_if_alive(me):
         w.close()
 
 
+def _in_backward():
+    """Whether this forward runs inside a backward: gradient checkpointing recomputing it."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return current is not None and current() != -1
+
+
 def _pre_hook(me, index):
     if index == 0:
         def pre(module, args):
             w = me()
             if w is not None and not w._native.closed:
-                w._begin_call()
+                if not _in_backward():  # a recomputed forward opens no batch
+                    w._begin_call()
                 w._native.enter(0)
     else:
         def pre(module, args):
@@ -301,7 +350,7 @@ def _post_hook(me, index):
             return
         if w._native.leave(index, output):
             w._call(w._native.check)
-        if index == 0:
+        if index == 0 and not _in_backward():
             w._end_call(output)
     return post
 

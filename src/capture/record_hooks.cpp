@@ -258,6 +258,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
         const OpCall call(fn, /*at_end=*/false);
         ts.open_backward_count = 0;
         ts.backward_node_op_depth = ts.op_depth;
+        ts.backward_node_scopes = ts.scopes.size();
         if (ts.any_active()) {
           ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_backward_node(ts, a, call); });
         } else {
@@ -313,7 +314,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
         close_frames(ts.open_frames, std::exchange(ts.open_frame_count, 0),
                      [&](Session& s, frames::FrameRecord& f) { s.op_end(call, f, ts); });
         ts.ending_op.inputs.clear();  // the arguments' tensors are not kept alive past their op
-      } else if (ts.open_backward_count > 0 && ts.op_depth == ts.backward_node_op_depth + 1) {
+      } else if (ts.open_backward_count > 0 && ts.op_depth == ts.backward_node_op_depth + 1 &&
+                 !ts.recomputing_forward()) {
         const OpCall call(fn, /*at_end=*/true);
         for (size_t i = 0; i < ts.open_backward_count; ++i) {
           OpenFrame& slot = ts.open_backward[i];

@@ -60,6 +60,15 @@ struct ThreadState {
   std::deque<OpenFrame> open_backward;
   size_t open_backward_count = 0;
   int backward_node_op_depth = 0;  // op depth when the node started: its own ops are at this depth
+  // Scopes open when the node started: a module entered after that runs its forward again inside
+  // the backward (gradient checkpointing recomputes it), and its ops make no gradients.
+  size_t backward_node_scopes = 0;
+  bool recomputing_forward() const {
+    for (size_t i = backward_node_scopes; i < scopes.size(); ++i) {
+      if (scopes[i].module != nullptr) return true;
+    }
+    return false;
+  }
 
   // The outermost op in flight, for a dump of its arguments should its frame trip. The arguments
   // are held from its start: RecordFunction's view of them does not outlive the start callback

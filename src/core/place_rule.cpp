@@ -23,6 +23,12 @@ bool shares_an_argument(const FrameRecord& f, uintptr_t storage) {
   return false;
 }
 
+// Whether module path `in` is `out` or a path inside it ("" is the root's: every path is inside).
+bool path_within(const std::string& in, const std::string& out) {
+  return out.empty() || in == out ||
+         (in.size() > out.size() && in.compare(0, out.size(), out) == 0 && in[out.size()] == '.');
+}
+
 void add_elements(ToleratedCount& c, const TensorStats& s) {
   c.nan += s.nan;
   c.pos_inf += s.pos_inf;
@@ -39,11 +45,24 @@ bool PlaceRule::within(uint32_t inner, uint32_t outer) const {
   if (inner == outer) return true;
   const uint64_t key = (uint64_t{inner} << 32) | outer;
   if (auto it = within_.find(key); it != within_.end()) return it->second;
-  const std::string in = places_.path(inner), out = places_.path(outer);
-  const bool inside = out.empty() || in == out || (in.size() > out.size() && in.compare(0, out.size(), out) == 0 &&
-                                                   in[out.size()] == '.');
+  const bool inside = path_within(places_.path(inner), places_.path(outer));
   within_.emplace(key, inside);
   return inside;
+}
+
+std::string PlaceRule::owner_path(const Made& m) const {
+  std::string path = places_.path(m.place);
+  if (!m.handed_up) return path;
+  const auto dot = path.rfind('.');
+  return dot == std::string::npos ? std::string() : path.substr(0, dot);
+}
+
+bool PlaceRule::readable_by(const Made& m, uint32_t reader) const {
+  return m.handed_up ? path_within(places_.path(reader), owner_path(m)) : within(reader, m.place);
+}
+
+bool PlaceRule::owned_within(const Made& m, uint32_t module) const {
+  return m.handed_up ? path_within(owner_path(m), places_.path(module)) : within(m.place, module);
 }
 
 std::string PlaceRule::label(const EntryRecord& e) const { return frames::entry_label(e, strings_); }
@@ -62,8 +81,8 @@ bool PlaceRule::allowed(const FrameRecord& f, const EntryRecord& e) {
   return false;
 }
 
-void PlaceRule::count(const FrameRecord& f, bool allowed) {
-  auto& c = counts_[{f.place, f.op, allowed}];
+void PlaceRule::count(const FrameRecord& f) {
+  auto& c = counts_[{f.place, f.op, false}];
   if (c.frames++ == 0) c.first_batch = f.batch_number;
   c.last_batch = f.batch_number;
   for (int i = 0; i < f.entry_count; ++i) {
@@ -99,7 +118,7 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
       if (e.role == Role::Output || !nonfinite_read(e)) continue;
       seen = true;
       const auto it = e.storage != 0 ? tolerated_values_.find(e.storage) : tolerated_values_.end();
-      if (it != tolerated_values_.end() && within(here, it->second.place)) {
+      if (it != tolerated_values_.end() && readable_by(it->second, here)) {
         if (!made_by) made_by = it->second.by;
         continue;
       }
@@ -119,13 +138,13 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   for (int i = 0; i < f.entry_count; ++i) {
     const EntryRecord& e = f.entries[i];
     if (e.role != Role::Output || e.storage == 0 || e.state != EntryState::Read) continue;
-    const bool shared = shares_an_argument(f, e.storage);
+    const bool in_place = shares_an_argument(f, e.storage);
     // An argument handed back as a result (no write) holds what it held: judged where it was read.
-    if (shared && !f.writes_arguments) continue;
-    const bool in_place = shared;
+    if (in_place && !f.writes_arguments) continue;
     if (!in_place) made_in_batch_[e.storage] = here;
     if (e.stats.finite()) {
-      if (!in_place) tolerated_values_.erase(e.storage);  // new values in memory an old tensor had
+      // New values in memory an old tensor had.
+      if (!in_place && !tolerated_values_.empty()) tolerated_values_.erase(e.storage);
       continue;
     }
     if (in_place && !j.error) {
@@ -144,13 +163,13 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
     value.place = here;
     value.by = made_by ? made_by : std::make_shared<const FrameRecord>(f);
   }
-  if (any_tolerated && !j.error) count(f, false);
+  if (any_tolerated && !j.error) count(f);
   return j;
 }
 
 bool PlaceRule::holds_tolerated(uintptr_t storage, uint32_t module_place) const {
   const auto it = tolerated_values_.find(storage);
-  return it != tolerated_values_.end() && within(it->second.place, module_place);
+  return it != tolerated_values_.end() && owned_within(it->second, module_place);
 }
 
 DetectionPolicy::Judgement PlaceRule::judge_return(const FrameRecord& returned) {
@@ -159,8 +178,12 @@ DetectionPolicy::Judgement PlaceRule::judge_return(const FrameRecord& returned) 
     const EntryRecord& e = returned.entries[i];
     if (!nonfinite_read(e)) continue;
     const auto it = tolerated_values_.find(e.storage);
-    if (it == tolerated_values_.end() || !within(it->second.place, returned.module_place)) continue;
-    if (allowed(returned, e)) continue;
+    if (it == tolerated_values_.end() || !owned_within(it->second, returned.module_place)) continue;
+    if (allowed(returned, e)) {
+      it->second.place = returned.module_place;
+      it->second.handed_up = true;
+      continue;
+    }
     j.error = true;
     j.escape = Escape::Returned;
     j.made_by = it->second.by;

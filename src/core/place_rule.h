@@ -49,10 +49,19 @@ class PlaceRule final : public DetectionPolicy {
   struct Made {
     uint32_t place = 0;  // the module whose op made the value
     std::shared_ptr<const frames::FrameRecord> by;  // the op that first made it non-finite
+    // An allow_nonfinite pattern let `place` return it: it is its caller's value now.
+    bool handed_up = false;
   };
+  // The path of the module a value belongs to.
+  std::string owner_path(const Made& m) const;
+  // Whether ops of `reader` may read the value (its owner's or inside it), and whether the value
+  // belongs to `module` or a module inside it.
+  bool readable_by(const Made& m, uint32_t reader) const;
+  bool owned_within(const Made& m, uint32_t module) const;
   std::string label(const frames::EntryRecord& e) const;
   bool allowed(const frames::FrameRecord& f, const frames::EntryRecord& e);
-  void count(const frames::FrameRecord& f, bool allowed);
+  // A frame whose results hold tolerated values, counted under its module and op.
+  void count(const frames::FrameRecord& f);
 
   const frames::PlaceTable& places_;
   const frames::StringTable& strings_;

@@ -23,7 +23,6 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       observers(opts),
       ranks(opts.ranks()),
       delivery(opts, ranks.session().files_dir(opts.report_dir()), detection_policy()) {
-  warn_of_unmatched_allowances();
   anchor = std::make_shared<capture::SessionAnchor>(this);
   capture::bind_to_this_thread(anchor);
 }

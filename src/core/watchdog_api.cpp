@@ -18,6 +18,7 @@ namespace {
 void attach_observers(Watchdog::Impl& impl) {
   const auto& id = impl.ranks.session().identity();
   impl.observers.attach(impl.index->module_paths(), id.rank, id.world_size);
+  impl.warn_of_unmatched_allowances();
 }
 
 }  // namespace

@@ -101,7 +101,10 @@ struct Watchdog::Impl final : capture::Session {
   Report build_report(const core::DetectionPolicy::Judgement* judged = nullptr) const;
   // A module's forward returned `outputs` (lock held): their frame, when one holds a value
   // tolerated inside the module, is judged by the place rule.
-  void check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs, std::unique_lock<std::mutex>& lock);
+  void check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs,
+                      std::unique_lock<std::mutex>& lock);
+  // allow_nonfinite patterns that no module path matches are said, once, once the model is indexed.
+  void warn_of_unmatched_allowances();
 
   Options opts;
   frames::StringTable strings;
@@ -158,8 +161,7 @@ struct Watchdog::Impl final : capture::Session {
   uint32_t scope_place(capture::ThreadState& ts, uint32_t& module);
   // Options::strict's rule, or the place rule (kept in `place_rule`).
   std::unique_ptr<core::DetectionPolicy> detection_policy();
-  // allow_nonfinite patterns that no module path matches are said, once, at the start.
-  void warn_of_unmatched_allowances();
+
   void begin_batch_locked(std::unique_lock<std::mutex>& lock);
   void end_batch_locked(std::unique_lock<std::mutex>& lock);
   // Between batches: empties the statistics cache, or keeps the parameters' entries

@@ -27,7 +27,8 @@ NonfiniteAllowance parse_allowance(const std::string& text) {
   for (std::string field; in >> field;) fields.push_back(field);
   if (fields.empty()) throw std::invalid_argument("is empty: it needs at least a module regex (\".*\" for any module)");
   if (fields.size() > 4) {
-    throw std::invalid_argument(fmt::format("has {} fields; at most 4: MODULE_REGEX [OP [ARGUMENT [KINDS]]]", fields.size()));
+    throw std::invalid_argument(
+        fmt::format("has {} fields; at most 4: MODULE_REGEX [OP [ARGUMENT [KINDS]]]", fields.size()));
   }
   NonfiniteAllowance a;
   a.text = text;

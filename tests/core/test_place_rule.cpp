@@ -216,8 +216,23 @@ TEST_F(PlaceRuleTest, AnAllowancePatternToleratesWhatItNamesAndOnlyThat) {
   EXPECT_TRUE(strict_kinds.judge(op(attn, "aten::add", {{71, stats(0, 2)}}, {{73, stats(0, 2)}})).error);  // +inf
   EXPECT_TRUE(strict_kinds.judge(op(attn, "aten::mul", {{70, stats(2)}}, {{74, stats(2)}})).error);      // another op
   bool allowed_row = false;
-  for (const auto& c : strict_kinds.tolerated()) allowed_row = allowed_row || (c.allowed && c.module_path == "h.0.attn");
+  for (const auto& c : strict_kinds.tolerated()) {
+    allowed_row = allowed_row || (c.allowed && c.module_path == "h.0.attn");
+  }
   EXPECT_TRUE(allowed_row);
+}
+
+TEST_F(PlaceRuleTest, AReturnAnAllowancePatternLetsThroughBelongsToTheCallerFromThen) {
+  PlaceRule r = rule({parse_allowance("h\\.0\\.attn\\.core return output")});
+  r.judge(op(inner, "aten::full", {}, {{80, stats(6)}}));
+  FrameRecord ret = op(inner, "return", {}, {{80, stats(6)}});
+  ret.is_return = true;
+  EXPECT_FALSE(r.judge(ret).error);
+  // attn, the caller, reads it on; mlp, beside it, may not; attn returning it is an error again.
+  EXPECT_FALSE(r.judge(op(attn, "aten::add", {{80, stats(6)}}, {{81, stats(6)}})).error);
+  EXPECT_TRUE(r.holds_tolerated(80, attn));
+  EXPECT_FALSE(r.holds_tolerated(80, inner));
+  EXPECT_TRUE(r.judge(op(mlp, "aten::add", {{80, stats(6)}}, {{82, stats(6)}})).error);
 }
 
 TEST(NonfiniteAllowance, PatternsParseOrSayWhatIsWrong) {

@@ -70,17 +70,21 @@ def test_every_option_name_is_taken():
 # ---- removal -----------------------------------------------------------------------------------
 
 def test_closing_or_collecting_a_watchdog_leaves_the_model_and_torch_as_they_were():
+    gc.collect()  # the models of earlier tests, and the watchdogs that live with them
     before = _native.record_function_callbacks_installed()
+    scaler_methods = (torch.amp.GradScaler.scale, torch.amp.GradScaler.step)
     model = tiny_t5()
     x = torch.randn(2, 8)
     plain = model(x)
     debug = DebugUnderflowOverflow(model)
     assert hooks_of(model) > 0
     assert _native.record_function_callbacks_installed()
+    assert hasattr(torch.amp.GradScaler.scale, "__wrapped__")  # watched: GradScaler's verdicts are heard
     model(x)
     debug.close()
     assert hooks_of(model) == 0
     assert _native.record_function_callbacks_installed() == before
+    assert (torch.amp.GradScaler.scale, torch.amp.GradScaler.step) == scaler_methods
     assert torch.equal(model(x), plain)
 
     watch = Watch(model)  # a Watch collected is closed (DebugUnderflowOverflow lives with the model)

@@ -249,7 +249,8 @@ class Watch:
         module that made it), one dict per module and op: module_path, module_class, op, allowed
         (by an allow_nonfinite pattern), frames, nan, pos_inf, neg_inf, first_batch, last_batch.
         Empty under strict=True."""
-        return self._native.tolerated()
+        import json
+        return json.loads(self._native.tolerated_json())["tolerated"]
 
     def headroom(self):
         """Lines on what fp16/bf16 would overflow or flush (headroom=True)."""

@@ -65,7 +65,7 @@ PYBIND11_MODULE(_native, m) {
       .def("take_modules", &PythonWatch::take_modules)
       .def("enter", &PythonWatch::enter)
       .def("leave", &PythonWatch::leave)
-      .def("tolerated", &PythonWatch::tolerated)
+      .def("tolerated_json", &PythonWatch::tolerated_json)
       .def("begin_batch", &PythonWatch::begin_batch)
       .def("end_batch", &PythonWatch::end_batch)
       .def("check", &PythonWatch::check)

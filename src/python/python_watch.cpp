@@ -138,29 +138,14 @@ bool PythonWatch::leave(size_t module, py::handle output) {
   return text_.waiting();
 }
 
-py::list PythonWatch::tolerated() const {
-  std::vector<ToleratedCount> counts;
+std::string PythonWatch::tolerated_json() const {
+  Report holder;
   {
     Watchdog& w = live();
     py::gil_scoped_release no_gil;
-    counts = w.tolerated();
+    holder.tolerated = w.tolerated();
   }
-  py::list out;
-  for (const auto& c : counts) {
-    py::dict row;
-    row["module_path"] = c.module_path;
-    row["module_class"] = c.module_class;
-    row["op"] = c.op;
-    row["allowed"] = c.allowed;
-    row["frames"] = c.frames;
-    row["nan"] = c.nan;
-    row["pos_inf"] = c.pos_inf;
-    row["neg_inf"] = c.neg_inf;
-    row["first_batch"] = c.first_batch;
-    row["last_batch"] = c.last_batch;
-    out.append(row);
-  }
-  return out;
+  return render_json(holder);
 }
 
 void PythonWatch::begin_batch() {

@@ -45,8 +45,8 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   // `output`: what the forward returned; the tensors in it (in tuples, lists, dicts, a
   // ModelOutput) are looked at by the place rule (Watchdog::returned) while a value is tolerated.
   bool leave(size_t module, pybind11::handle output);
-  // The values the place rule tolerated so far, one dict per module and op.
-  pybind11::list tolerated() const;
+  // The values the place rule tolerated so far: a JSON report whose `tolerated` holds them.
+  std::string tolerated_json() const;
   // What these detect is thrown as the library's errors, which the module's one exception
   // translator (python_module.cpp) raises as overflow_sentinel's classes.
   void begin_batch();

@@ -129,7 +129,9 @@ void tensors_in(py::handle value, std::vector<at::Tensor>& out, int depth = 0) {
 bool PythonWatch::leave(size_t module, py::handle output) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
   Watchdog& w = live();
-  if (w.tolerating()) {
+  bool tolerating = false;
+  without_gil([&] { tolerating = w.tolerating(); });  // the watchdog's lock: never waited for with the GIL
+  if (tolerating) {
     std::vector<at::Tensor> tensors;
     tensors_in(output, tensors);
     if (!tensors.empty()) without_gil([&] { w.returned(*mirrors_[module], tensors); });

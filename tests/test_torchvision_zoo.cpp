@@ -122,7 +122,7 @@ void expect_found_where_hf_finds_it(const ZooModel& z, const std::string& model_
     try {
       for (const auto& b : batches) {
         auto step = watch.batch();
-        model.forward(b);
+        watch.batch_returned(model.forward(b));
         step.finish();
       }
     } catch (const sentinel::NonFiniteError& e) {
@@ -132,7 +132,10 @@ void expect_found_where_hf_finds_it(const ZooModel& z, const std::string& model_
   }();
   ASSERT_TRUE(report.has_value()) << z.name << ": no trip";
   EXPECT_EQ(report->batch_number, hf_batch);
-  const std::string& ours = report->trigger().module_path;
+  // The module whose op made the value: under the place rule the report stops where the value
+  // leaves that module (HF's hooks see it there), and names the maker as the origin frame.
+  const std::string& ours =
+      report->origin_frame ? report->origin_frame->module_path : report->trigger().module_path;
   auto under = [](const std::string& path, const std::string& root) {
     return root.empty() || path == root || path.rfind(root + ".", 0) == 0;
   };

@@ -1,7 +1,5 @@
 #include "core/place_rule.h"
 
-#include <fmt/format.h>
-
 #include "frames/entry_label.h"
 
 namespace sentinel::core {
@@ -72,19 +70,21 @@ bool PlaceRule::allowed(const FrameRecord& f, const EntryRecord& e) {
   const std::string path = places_.path(f.place), op = strings_.at(f.op), entry = label(e);
   for (const auto& a : allow_) {
     if (!a.matches(path, op, entry, e.stats)) continue;
-    auto& c = counts_[{f.place, f.op, true}];
-    if (c.frames++ == 0) c.first_batch = f.batch_number;
-    c.last_batch = f.batch_number;
-    add_elements(c, e.stats);
+    add_elements(counted_row(f, true), e.stats);
     return true;
   }
   return false;
 }
 
-void PlaceRule::count(const FrameRecord& f) {
-  auto& c = counts_[{f.place, f.op, false}];
+ToleratedCount& PlaceRule::counted_row(const FrameRecord& f, bool allowed) {
+  auto& c = counts_[{f.place, f.op, allowed}];
   if (c.frames++ == 0) c.first_batch = f.batch_number;
   c.last_batch = f.batch_number;
+  return c;
+}
+
+void PlaceRule::count(const FrameRecord& f) {
+  auto& c = counted_row(f, false);
   for (int i = 0; i < f.entry_count; ++i) {
     if (f.entries[i].role == Role::Output && nonfinite_read(f.entries[i])) add_elements(c, f.entries[i].stats);
   }

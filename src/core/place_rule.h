@@ -62,6 +62,8 @@ class PlaceRule final : public DetectionPolicy {
   bool allowed(const frames::FrameRecord& f, const frames::EntryRecord& e);
   // A frame whose results hold tolerated values, counted under its module and op.
   void count(const frames::FrameRecord& f);
+  // The row of `f`'s module and op, with `f` counted in it (its elements are added by the caller).
+  ToleratedCount& counted_row(const frames::FrameRecord& f, bool allowed);
 
   const frames::PlaceTable& places_;
   const frames::StringTable& strings_;

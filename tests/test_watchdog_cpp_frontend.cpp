@@ -5,6 +5,8 @@
 #include <sentinel/scope_stack.h>
 #include <sentinel/sentinel.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -111,6 +113,57 @@ TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {
       EXPECT_TRUE(s.report().produced_here);
       EXPECT_FALSE(s.report().origin_frame);
     }
+  }
+}
+
+// What a front end hands as a module's named arguments and result (a ModelOutput's fields, a
+// cache's layers): read in `call` and `return` frames of that module under their paths, split
+// over frames when there are more than a frame holds, and judged by the place rule: a value
+// tolerated inside the module, returned in it, is an error at that return.
+TEST(CppFrontend, NamedArgumentsAndResultsAreReadInFramesOfTheirModuleAndJudged) {
+  TwoBlocks model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).max_frames_to_save(100));
+  const auto& block = *model->encoder->ptr(0);
+  std::vector<std::pair<std::string, at::Tensor>> cache;
+  for (int i = 0; i < 20; ++i) cache.emplace_back(fmt::format("output.layers[{}].keys", i), torch::full({3}, i + 0.5));
+  {
+    auto step = watch.batch();
+    watch.module_boundary(block, /*returning=*/false, {{"input[1].mask", torch::tensor({-2.0, 0.25})}});
+    watch.module_boundary(block, /*returning=*/true, cache);
+    step.finish();
+  }
+  std::vector<const sentinel::Frame*> named;
+  const auto frames = watch.saved_frames();
+  for (const auto& f : frames) {
+    if (f.op == "call" || f.op == "return") named.push_back(&f);
+  }
+  ASSERT_EQ(named.size(), 3u);  // one call; 20 results over two frames of 16 entries at most
+  EXPECT_EQ(named[0]->op, "call");
+  EXPECT_EQ(named[0]->module_path, "encoder.0");
+  ASSERT_EQ(named[0]->entries.size(), 1u);
+  EXPECT_EQ(named[0]->entries[0].label, "input[1].mask");
+  EXPECT_EQ(named[0]->entries[0].role, sentinel::EntryRole::Input);
+  EXPECT_EQ(named[0]->entries[0].stats.abs_min, 0.25);
+  EXPECT_EQ(named[0]->entries[0].stats.abs_max, 2.0);
+  EXPECT_EQ(named[1]->entries.size() + named[2]->entries.size(), 20u);
+  EXPECT_EQ(named[2]->entries.back().label, "output.layers[19].keys");
+  EXPECT_EQ(named[2]->entries.back().stats.abs_max, 19.5);
+  // exp overflows inside encoder.0 (tolerated there); the block hands it back inside its result.
+  try {
+    auto step = watch.batch();
+    sentinel::enter_scope(block);
+    const auto inf = torch::exp(torch::full({2}, 1000.0));
+    watch.module_boundary(block, /*returning=*/true, {{"output.hidden", inf}});
+    sentinel::leave_scope(block);
+    step.finish();
+    FAIL() << "expected NonFiniteError";
+  } catch (const sentinel::NonFiniteError& e) {
+    EXPECT_EQ(e.report().trigger().op, "return");
+    EXPECT_EQ(e.report().trigger().entries.at(0).label, "output.hidden");
+    EXPECT_EQ(e.report().escape, sentinel::Escape::Returned);
+    ASSERT_TRUE(e.report().origin_frame);
+    EXPECT_EQ(e.report().origin_frame->op, "aten::exp");
   }
 }
 

@@ -61,6 +61,8 @@ struct Frame {
   int64_t entries_omitted = 0; // entries beyond the per-frame limit (counted, checked, not kept)
   bool inputs_finite = true;   // all inputs and parameters finite
   bool outputs_finite = true;
+  // A forward op run again inside the backward: gradient checkpointing recomputes a block there.
+  bool recomputed = false;
   // Not empty: reading this frame failed (what was thrown); it holds what was read before.
   std::string error;
 };

@@ -101,6 +101,13 @@ class Watchdog {
   // the place rule tolerated inside the module is an error, detected here; thrown at the next safe
   // point (check()). Costs a lookup per tensor; a tensor is read only when it holds such a value.
   void returned(const torch::nn::Module& module, const std::vector<at::Tensor>& outputs);
+  // A module's arguments (`returning` false) or result hold what HF's report shows as "not a
+  // tensor": a ModelOutput, a dict, a list, a cache object. `tensors` are the tensors inside, each
+  // named by its path ("output.logits", "output.past_key_values.layers[0].keys"); they are read as
+  // frames of the module (op "call" or "return", FrameRecord's entries at most each) and judged by
+  // the place rule as what the module was handed or returned. The Python module's hooks call it.
+  void module_boundary(const torch::nn::Module& module, bool returning,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors);
   // Whether a value is tolerated in the open batch now (returned() has something to look for).
   bool tolerating() const;
   // The batch's model returned `output` (its tensors, in tuples, lists and dicts): returned() of

@@ -8,6 +8,7 @@ first inf/nan the report is printed in HF's layout and NonFiniteError (a ValueEr
 is raised, carrying the report as an object. See docs/python.md.
 """
 
+import collections.abc
 import functools
 import sys
 import weakref
@@ -49,16 +50,23 @@ def option_names():
     return sorted(_native.option_names())
 
 
-def _first_tensor_with_grad(output):
+def _first_tensor_with_grad(output, depth=0):
+    """A tensor of the forward's result that the backward will reach: in tuples, lists, dicts
+    (HF's ModelOutput is one) and other objects' public attributes (a dataclass), a few levels."""
     if isinstance(output, torch.Tensor):
         return output if output.grad_fn is not None else None
-    if isinstance(output, dict) or hasattr(output, "values"):  # dicts, HF's ModelOutput
-        output = list(output.values())
-    if isinstance(output, (list, tuple)):
-        for item in output:
-            found = _first_tensor_with_grad(item)
-            if found is not None:
-                return found
+    if depth >= 4 or isinstance(output, (type, torch.nn.Module)) or callable(output):
+        return None
+    if isinstance(output, collections.abc.Mapping):
+        items = output.values()
+    elif isinstance(output, (list, tuple)):
+        items = output
+    else:
+        items = [v for k, v in getattr(output, "__dict__", {}).items() if not k.startswith("_")]
+    for item in items:
+        found = _first_tensor_with_grad(item, depth + 1)
+        if found is not None:
+            return found
     return None
 
 
@@ -128,7 +136,7 @@ class Watch:
         for index, module in enumerate(self._native.take_modules()):
             try:
                 self._handles.append(module.register_forward_pre_hook(_pre_hook(hold, index)))
-                self._handles.append(module.register_forward_hook(_post_hook(hold, index)))
+                self._handles.append(_register_post_hook(module, _post_hook(hold, index)))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         Watch._of_model[model] = me
@@ -335,19 +343,35 @@ def _pre_hook(me, index):
             if w is not None and not w._native.closed:
                 if not _in_backward():  # a recomputed forward opens no batch
                     w._begin_call()
-                w._native.enter(0)
+                w._native.enter(0, args)
     else:
         def pre(module, args):
             w = me()
             if w is not None and not w._native.closed:
-                w._native.enter(index)
+                w._native.enter(index, args)
     return pre
+
+
+def _register_post_hook(module, hook):
+    # Run even when the forward raises: gradient checkpointing stops a recomputed forward early by
+    # raising inside it, and the module must still be left (else the ops after it would be taken
+    # for its own).
+    try:
+        return module.register_forward_hook(hook, always_call=True)
+    except TypeError:  # a torch without always_call
+        return module.register_forward_hook(hook)
 
 
 def _post_hook(me, index):
     def post(module, args, output):
         w = me()
         if w is None or w._native.closed:
+            return
+        if output is None and sys.exc_info()[0] is not None:
+            # The forward raised (this hook runs inside torch's handler): the module is left, and
+            # what was found stays pending for the next safe point (torch would only warn of an
+            # error raised here, and the original exception goes on).
+            w._native.leave(index, None)
             return
         if w._native.leave(index, output):
             w._call(w._native.check)

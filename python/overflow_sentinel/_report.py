@@ -47,9 +47,12 @@ class Entry(Record):
 
 class Frame(Record):
     """One op: module_path (as named_modules() says it), module_class, op ('aten::mul', or the
-    autograd node 'MulBackward0'), direction ('forward', 'backward'), forward_op, entries."""
+    autograd node 'MulBackward0'; 'call' / 'return' for what a module was handed or returned),
+    direction ('forward', 'backward'), forward_op, recomputed (a forward op gradient
+    checkpointing ran again inside the backward), entries."""
 
     _nested = {"entries": Entry}
+    recomputed = False  # the JSON holds the key only when true
 
     def __str__(self):
         return f"{self.module_path} {self.module_class} {self.op}".strip()

@@ -216,7 +216,31 @@ void open_op(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, cons
 }
 
 void open_backward_node(ThreadState& ts, const std::shared_ptr<SessionAnchor>& anchor, const OpCall& call) {
-  open_frame(ts, ts.open_backward, ts.open_backward_count, &Session::backward_node_start, anchor, call);
+  ThreadState::BackwardNode& node = *ts.innermost_node();
+  open_frame(ts, node.open, node.count, &Session::backward_node_start, anchor, call);
+}
+
+// The sessions an autograd node (or a forward recomputed inside one) belongs to: the batches open
+// on this thread, else the session that ran the last batch here, else anywhere (LibTorch's
+// autograd runs CUDA nodes on a worker thread per device that never ran a batch itself).
+template <typename F>
+void for_each_backward_session(ThreadState& ts, F&& f) {
+  if (ts.any_active()) {
+    ts.for_each_active(f);
+    return;
+  }
+  auto last = ts.last_batch_session.lock();
+  if (!last && ts.bound.empty()) last = last_batch_session_in_process();
+  if (last) f(last);
+}
+
+// A Python (or C++) autograd Function's apply: one event named after the class (no namespace, no
+// schema) that carries autograd's sequence number, around the function's own ops. It is passed
+// through so that those ops are watched as any other: gradient checkpointing's CheckpointFunction
+// runs a whole block in one. (Every ATen op's name has a namespace; a fused TorchScript group's
+// too.)
+bool autograd_function_apply(const at::RecordFunction& fn) {
+  return fn.seqNr() >= 0 && std::strstr(fn.name(), "::") == nullptr && !fn.operator_name();
 }
 
 // Hands the first `count` frames of `slots` to their sessions' `end(session, frame)`, releasing
@@ -246,29 +270,36 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
     case at::RecordScope::FUNCTION:
-      // Nested ops (the mm inside a linear, the empty inside a dropout) are ignored.
-      if (ts.op_depth++ == 0 && ts.backward_depth == 0 && ts.any_active()) {
+      if (autograd_function_apply(fn)) break;
+      // Nested ops (the mm inside a linear, the empty inside a dropout) are ignored. Inside a
+      // backward, only a forward recomputed there (gradient checkpointing) makes op frames: ops
+      // the innermost node runs itself (the engine's evaluate_function event is one level up).
+      if (ts.op_depth++ == 0 && ts.backward_depth == 0) {
+        if (ts.any_active()) {
+          const OpCall call(fn, /*at_end=*/false);
+          ts.open_frame_count = 0;
+          ts.open_frame_depth = 1;
+          ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_op(ts, a, call); });
+        }
+      } else if (ts.backward_depth > 0 && ts.op_depth == ts.innermost_node()->op_depth + 1 &&
+                 ts.recomputing_forward()) {
         const OpCall call(fn, /*at_end=*/false);
         ts.open_frame_count = 0;
-        ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_op(ts, a, call); });
+        ts.open_frame_depth = ts.op_depth;
+        for_each_backward_session(ts, [&](const std::shared_ptr<SessionAnchor>& a) { open_op(ts, a, call); });
       }
       break;
-    case at::RecordScope::BACKWARD_FUNCTION:
-      if (ts.backward_depth++ == 0) {
-        const OpCall call(fn, /*at_end=*/false);
-        ts.open_backward_count = 0;
-        ts.backward_node_op_depth = ts.op_depth;
-        ts.backward_node_scopes = ts.scopes.size();
-        if (ts.any_active()) {
-          ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_backward_node(ts, a, call); });
-        } else {
-          auto last = ts.last_batch_session.lock();
-          // A thread that never ran a batch itself: an autograd worker (CUDA nodes run on one).
-          if (!last && ts.bound.empty()) last = last_batch_session_in_process();
-          if (last) open_backward_node(ts, last, call);
-        }
-      }
+    case at::RecordScope::BACKWARD_FUNCTION: {
+      if (ts.backward_nodes.size() <= static_cast<size_t>(ts.backward_depth)) ts.backward_nodes.emplace_back();
+      ++ts.backward_depth;
+      ThreadState::BackwardNode& node = *ts.innermost_node();
+      node.count = 0;
+      node.op_depth = ts.op_depth;
+      node.scopes = ts.scopes.size();
+      const OpCall call(fn, /*at_end=*/false);
+      for_each_backward_session(ts, [&](const std::shared_ptr<SessionAnchor>& a) { open_backward_node(ts, a, call); });
       break;
+    }
     case at::RecordScope::TORCHSCRIPT_FUNCTION:
       // Only a top-level `forward` is a batch (TorchScript also runs helpers such as `defaults`).
       if (ts.torchscript_depth++ == 0 && !ts.any_active() && std::strcmp(fn.name(), "forward") == 0) {
@@ -305,20 +336,21 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
     case at::RecordScope::FUNCTION: {
+      if (autograd_function_apply(fn)) break;
       // The depth is given back after the hooks: an op a hook runs itself is a nested op, which
       // no hook sees, so the hooks need no RecordFunction guard (whose every use copies
       // LibTorch's thread-local callback lists).
       const DepthRelease release{ts.op_depth};
-      if (ts.op_depth == 1 && ts.open_frame_count > 0) {
+      if (ts.open_frame_count > 0 && ts.op_depth == ts.open_frame_depth) {
         const OpCall call(fn, /*at_end=*/true);
         close_frames(ts.open_frames, std::exchange(ts.open_frame_count, 0),
                      [&](Session& s, frames::FrameRecord& f) { s.op_end(call, f, ts); });
         ts.ending_op.inputs.clear();  // the arguments' tensors are not kept alive past their op
-      } else if (ts.open_backward_count > 0 && ts.op_depth == ts.backward_node_op_depth + 1 &&
-                 !ts.recomputing_forward()) {
+      } else if (ThreadState::BackwardNode* node = ts.innermost_node();
+                 node != nullptr && node->count > 0 && ts.op_depth == node->op_depth + 1 && !ts.recomputing_forward()) {
         const OpCall call(fn, /*at_end=*/true);
-        for (size_t i = 0; i < ts.open_backward_count; ++i) {
-          OpenFrame& slot = ts.open_backward[i];
+        for (size_t i = 0; i < node->count; ++i) {
+          OpenFrame& slot = node->open[i];
           auto use = slot.owner->enter();
           if (!use) continue;
           guarded(*use.get(), &slot.frame, true, [&] { use.get()->backward_op_end(call, slot.frame, ts); });
@@ -329,9 +361,11 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
       break;
     }
     case at::RecordScope::BACKWARD_FUNCTION: {
+      if (ts.backward_depth == 0) break;  // (started before this thread's callback was added)
       const DepthRelease release{ts.backward_depth};
-      if (ts.backward_depth == 1 && ts.open_backward_count > 0) {
-        close_frames(ts.open_backward, std::exchange(ts.open_backward_count, 0),
+      ThreadState::BackwardNode& node = *ts.innermost_node();
+      if (node.count > 0) {
+        close_frames(node.open, std::exchange(node.count, 0),
                      [&](Session& s, frames::FrameRecord& f) { s.backward_node_end(f, ts); });
       }
       break;
@@ -361,7 +395,7 @@ bool live(const std::weak_ptr<SessionAnchor>& w) {
 }
 
 bool needs_callback(const ThreadState& ts) {
-  if (ts.any_active() || ts.open_frame_count > 0 || ts.open_backward_count > 0) return true;
+  if (ts.any_active() || ts.open_frame_count > 0 || ts.backward_depth > 0) return true;
   if (live(ts.last_batch_session)) return true;
   for (const auto& w : ts.bound) {
     if (live(w)) return true;

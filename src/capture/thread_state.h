@@ -52,19 +52,29 @@ struct ThreadState {
   // capacity (no allocation per op).
   std::deque<OpenFrame> open_frames;
   size_t open_frame_count = 0;
+  int open_frame_depth = 1;  // the op depth they run at: 1, or one below a backward node's
+
 
   // Backward: a training step's backward usually runs after its forward's batch has ended
   // (debug.forward(x), then loss.backward()); it belongs to the session that ran the last batch
   // on this thread.
   std::weak_ptr<SessionAnchor> last_batch_session;
-  std::deque<OpenFrame> open_backward;
-  size_t open_backward_count = 0;
-  int backward_node_op_depth = 0;  // op depth when the node started: its own ops are at this depth
-  // Scopes open when the node started: a module entered after that runs its forward again inside
-  // the backward (gradient checkpointing recomputes it), and its ops make no gradients.
-  size_t backward_node_scopes = 0;
+  // The autograd nodes in flight, innermost last ([0, backward_depth)): a node's own backward may
+  // run a whole backward of its own (a reentrant checkpoint's CheckpointFunctionBackward calls
+  // torch.autograd.backward on the block it recomputed). Kept for reuse: no allocation per node.
+  struct BackwardNode {
+    std::deque<OpenFrame> open;  // the node's frame, one per session watching it
+    size_t count = 0;
+    int op_depth = 0;    // op depth when the node started: its own ops are one deeper
+    size_t scopes = 0;   // scopes open when it started
+  };
+  std::deque<BackwardNode> backward_nodes;
+  BackwardNode* innermost_node() { return backward_depth > 0 ? &backward_nodes[backward_depth - 1] : nullptr; }
+  // A module entered after the innermost node started runs its forward again inside the backward
+  // (gradient checkpointing recomputes it): its ops make no gradients.
   bool recomputing_forward() const {
-    for (size_t i = backward_node_scopes; i < scopes.size(); ++i) {
+    if (backward_depth == 0) return false;
+    for (size_t i = backward_nodes[backward_depth - 1].scopes; i < scopes.size(); ++i) {
       if (scopes[i].module != nullptr) return true;
     }
     return false;

@@ -31,6 +31,7 @@ Frame Watchdog::Impl::to_frame(const frames::FrameRecord& r) const {
   f.entries_omitted = r.entries_omitted;
   f.inputs_finite = r.inputs_finite;
   f.outputs_finite = r.outputs_finite;
+  f.recomputed = r.recomputed;
   if (r.error != 0) f.error = strings.at(r.error);
   // HF's order: parameters, inputs, outputs (each in call order).
   for (frames::Role role : {frames::Role::Param, frames::Role::Input, frames::Role::Output}) {

@@ -163,7 +163,8 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
     value.place = here;
     value.by = made_by ? made_by : std::make_shared<const FrameRecord>(f);
   }
-  if (any_tolerated && !j.error) count(f);
+  // A recomputed op makes again what the forward made, and was counted then.
+  if (any_tolerated && !j.error && !f.recomputed) count(f);
   return j;
 }
 

@@ -123,6 +123,13 @@ void Watchdog::returned(const torch::nn::Module& module, const std::vector<at::T
   if (const auto place = impl_->index->module_place(&module)) impl_->check_returned(*place, outputs, lock);
 }
 
+void Watchdog::module_boundary(const torch::nn::Module& module, bool returning,
+                               const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (!impl_->index || tensors.empty()) return;
+  if (const auto place = impl_->index->module_place(&module)) impl_->record_boundary(*place, returning, tensors, lock);
+}
+
 namespace {
 
 void tensors_in(const c10::IValue& v, std::vector<at::Tensor>& out, int depth = 0) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "capture/op_call.h"
@@ -167,7 +168,10 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts, uint32_t& module)
 
 bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
-  if (delivery.stopped() || !batches.open()) return false;
+  // Inside a backward, the capture opens op frames only for a forward recomputed there (gradient
+  // checkpointing), which may run after its batch ended.
+  const bool recomputed = ts.backward_depth > 0;
+  if (delivery.stopped() || (!batches.open() && !recomputed)) return false;
   // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
   uint32_t name_id;
   if (auto op = fn.operator_name()) {
@@ -200,6 +204,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
 
   readers.beside.collect(f);  // an earlier op's, should its end have gone unseen: never left running
   f.batch_number = batches.current();
+  f.recomputed = recomputed;
   f.op = info.display_name;
   f.op_key = name_id;
   f.writes_arguments = info.writes;
@@ -248,7 +253,8 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     f.place = f.module_place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
   }
-  const uint32_t gemm_operands = observers.want_operands() ? gemm_mask(f.op) : 0;
+  // A recomputed GEMM's operands were probed when the forward first ran.
+  const uint32_t gemm_operands = observers.want_operands() && !recomputed ? gemm_mask(f.op) : 0;
   core::Fp8Monitor& fp8 = observers.fp8();
   const uint32_t fp8_operands = fp8.enabled() ? fp8.wants(f.batch_number, gemm_operands, f.place, places) : 0;
   readers.beside.set_active(info.pure && core_left_idle);
@@ -286,7 +292,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
 void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
   readers.beside.collect(f);  // before the op's arguments can change again
-  if (delivery.stopped() || !batches.open()) return;  // (the capture layer releases the held arguments)
+  if (delivery.stopped() || (!batches.open() && !f.recomputed)) return;  // (the capture layer releases the held arguments)
   c10::InferenceMode no_autograd;
 
   bool any_tensor = false;
@@ -344,18 +350,45 @@ void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at:
   }
   if (worth.empty()) return;
   c10::InferenceMode no_autograd;
-  FrameRecord f;
-  f.reset();
-  f.batch_number = batches.current();
-  f.op = f.op_key = strings.intern("return");
-  f.direction = static_cast<uint8_t>(Direction::Forward);
-  f.place = f.module_place = module_place;
-  f.attribution = static_cast<uint8_t>(Attribution::UserScope);
-  f.in_model = f.is_return = true;
+  FrameRecord f = boundary_frame(module_place, /*returning=*/true);
   for (size_t i : worth) {
     f.add(read_entry(f, outputs[i], Role::Output, outputs.size() == 1 ? -1 : static_cast<int>(i), -1, false));
   }
   finish_frame(f, lock);
+}
+
+FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, bool returning) {
+  FrameRecord f;
+  f.reset();
+  f.batch_number = batches.current();
+  f.op = f.op_key = strings.intern(returning ? "return" : "call");
+  f.direction = static_cast<uint8_t>(Direction::Forward);
+  f.place = f.module_place = module_place;
+  f.attribution = static_cast<uint8_t>(Attribution::UserScope);
+  f.in_model = true;
+  f.is_return = returning;
+  return f;
+}
+
+void Watchdog::Impl::record_boundary(uint32_t module_place, bool returning,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                     std::unique_lock<std::mutex>& lock) {
+  if (delivery.stopped() || !batches.open()) return;
+  c10::InferenceMode no_autograd;
+  const Role role = returning ? Role::Output : Role::Input;
+  // A cache of many layers fills several frames, in order.
+  const size_t per_frame = returning ? FrameRecord::kMaxEntries : FrameRecord::kMaxInputEntries;
+  for (size_t start = 0; start < tensors.size(); start += per_frame) {
+    FrameRecord f = boundary_frame(module_place, returning);
+    const size_t end = std::min(tensors.size(), start + per_frame);
+    for (size_t i = start; i < end; ++i) {
+      EntryRecord e = read_entry(f, tensors[i].second, role, -1, -1, opts.headroom());
+      e.path = strings.intern(tensors[i].first);
+      f.add(e);
+    }
+    finish_frame(f, lock);
+    if (delivery.stopped()) return;
+  }
 }
 
 std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {

@@ -103,6 +103,11 @@ struct Watchdog::Impl final : capture::Session {
   // tolerated inside the module, is judged by the place rule.
   void check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs,
                       std::unique_lock<std::mutex>& lock);
+  // Watchdog::module_boundary (lock held).
+  void record_boundary(uint32_t module_place, bool returning,
+                       const std::vector<std::pair<std::string, at::Tensor>>& tensors, std::unique_lock<std::mutex>& lock);
+  // A frame for what module `module_place` was handed or returned, not an op's.
+  frames::FrameRecord boundary_frame(uint32_t module_place, bool returning);
   // allow_nonfinite patterns that no module path matches are said, once, once the model is indexed.
   void warn_of_unmatched_allowances();
 

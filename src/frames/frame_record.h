@@ -15,6 +15,9 @@ enum class EntryState : uint8_t { Read, None, NotATensor, Skipped };
 struct EntryRecord {
   TensorStats stats;
   uint32_t param_name = 0;  // Param: id in the watchdog's string table
+  // A tensor inside a module's argument or result that is not a tensor ("output.logits"): its
+  // path, an id in the string table (Watchdog::module_boundary).
+  uint32_t path = 0;
   int16_t index = -1;       // input[i] / output[i]; -1: the single output ("output")
   int16_t sub_index = -1;   // [j] inside a list argument
   Role role = Role::Input;
@@ -45,6 +48,8 @@ struct FrameRecord {
   uint8_t direction = 0;
   bool in_model = false;  // run by the model's own code (a module's forward), not the training loop's
   bool is_return = false;  // not an op: what a module's forward returned (its outputs)
+  // A forward op run again inside the backward (gradient checkpointing recomputes a block).
+  bool recomputed = false;
   // The op writes into an argument (in place, out=); otherwise a result in an argument's memory
   // is that argument passed on (dropout in eval mode returns its input).
   bool writes_arguments = false;
@@ -74,6 +79,7 @@ struct FrameRecord {
     forward_op = 0;
     in_model = false;
     is_return = false;
+    recomputed = false;
     writes_arguments = false;
     outputs_seen = 0;
     entry_count = 0;
@@ -103,6 +109,7 @@ struct FrameRecord {
     direction = o.direction;
     in_model = o.in_model;
     is_return = o.is_return;
+    recomputed = o.recomputed;
     writes_arguments = o.writes_arguments;
     entry_count = o.entry_count;
     entries_omitted = o.entries_omitted;

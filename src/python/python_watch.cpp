@@ -14,6 +14,7 @@
 #include <sentinel/report.h>
 #include <sentinel/scope_stack.h>
 
+#include "python/python_containers.h"
 #include "python/python_options.h"
 
 namespace py = pybind11;
@@ -106,8 +107,26 @@ void PythonWatch::without_gil(Body&& body) {
   body();
 }
 
-void PythonWatch::enter(size_t module) {
+void PythonWatch::enter(size_t module, py::handle arguments) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
+  if (has_opaque_arguments(arguments)) {
+    // A cache handed from layer to layer is read where it is first met in the batch, not again
+    // at every layer: its tensors are read by the ops that use them anyway.
+    NamedTensors found, fresh;
+    opaque_arguments(arguments, found);
+    for (auto& named : found) {
+      const at::Tensor& t = named.second;
+      if (!t.defined()) continue;
+      // (Inference tensors keep no version: they cannot be written outside inference mode.)
+      const HandedIn key{t.unsafeGetTensorImpl(), t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr,
+                         t.is_inference() ? 0u : t.unsafeGetTensorImpl()->version_counter().current_version()};
+      if (handed_in_.insert(key).second) fresh.push_back(std::move(named));
+    }
+    if (!fresh.empty()) {
+      Watchdog& w = live();
+      without_gil([&] { w.module_boundary(*mirrors_[module], /*returning=*/false, fresh); });
+    }
+  }
   enter_scope(*mirrors_[module]);
 }
 
@@ -129,12 +148,19 @@ void tensors_in(py::handle value, std::vector<at::Tensor>& out, int depth = 0) {
 bool PythonWatch::leave(size_t module, py::handle output) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
   Watchdog& w = live();
-  bool tolerating = false;
-  without_gil([&] { tolerating = w.tolerating(); });  // the watchdog's lock: never waited for with the GIL
-  if (tolerating) {
-    std::vector<at::Tensor> tensors;
-    tensors_in(output, tensors);
-    if (!tensors.empty()) without_gil([&] { w.returned(*mirrors_[module], tensors); });
+  if (opaque_result(output)) {
+    // What HF shows as "not a tensor" (a ModelOutput, a cache): its tensors, named, in a frame.
+    NamedTensors found;
+    named_tensors(output, "output", found);
+    if (!found.empty()) without_gil([&] { w.module_boundary(*mirrors_[module], /*returning=*/true, found); });
+  } else {
+    bool tolerating = false;
+    without_gil([&] { tolerating = w.tolerating(); });  // the watchdog's lock: never waited for with the GIL
+    if (tolerating) {
+      std::vector<at::Tensor> tensors;
+      tensors_in(output, tensors);
+      if (!tensors.empty()) without_gil([&] { w.returned(*mirrors_[module], tensors); });
+    }
   }
   leave_scope(*mirrors_[module]);
   return text_.waiting();
@@ -155,6 +181,7 @@ void PythonWatch::begin_batch() {
   // A forward that raised never reached its end: its batch ends now, and what it caught (if the
   // exception was not already the sentinel's) is raised before the next batch starts.
   if (batch_) end_batch();
+  handed_in_.clear();
   without_gil([&] { batch_.emplace(w.batch()); });
 }
 

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <optional>
+#include <unordered_set>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -41,9 +42,11 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   pybind11::list take_modules() { return std::exchange(python_modules_, pybind11::list()); }
   // Module i's forward starts / ends on this thread. leave returns whether text is waiting: every
   // trip prints its report, so the Python side then prints take_text() and calls check().
-  void enter(size_t module);
-  // `output`: what the forward returned; the tensors in it (in tuples, lists, dicts, a
-  // ModelOutput) are looked at by the place rule (Watchdog::returned) while a value is tolerated.
+  // `arguments`, `output`: the forward's positional arguments and its result. Where HF's report
+  // shows "not a tensor" (a ModelOutput, a cache), the tensors inside are read, named by their
+  // path (Watchdog::module_boundary); otherwise the result's tensors are looked at by the place
+  // rule (Watchdog::returned) while a value is tolerated.
+  void enter(size_t module, pybind11::handle arguments);
   bool leave(size_t module, pybind11::handle output);
   // The values the place rule tolerated so far: a JSON report whose `tolerated` holds them.
   std::string tolerated_json() const;
@@ -76,6 +79,19 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   pybind11::list python_modules_;
   std::unique_ptr<Watchdog> watchdog_;
   std::optional<BatchGuard> batch_;
+  // The tensors read in modules' arguments this batch, each as it was then (its version).
+  struct HandedIn {
+    const void* impl;
+    const void* storage;
+    uint32_t version;
+    bool operator==(const HandedIn& o) const { return impl == o.impl && storage == o.storage && version == o.version; }
+  };
+  struct HashHandedIn {
+    size_t operator()(const HandedIn& k) const {
+      return std::hash<const void*>()(k.impl) ^ (std::hash<const void*>()(k.storage) * 31) ^ k.version;
+    }
+  };
+  std::unordered_set<HandedIn, HashHandedIn> handed_in_;
 };
 
 }  // namespace python

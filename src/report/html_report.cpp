@@ -89,7 +89,8 @@ bool is_backward(const Frame& f) { return f.direction == Direction::Backward; }
 
 // HF's backward layout: "grad of <forward op> <autograd node>".
 std::string op_text(const Frame& f) {
-  return is_backward(f) ? "grad of " + (f.forward_op.empty() ? "" : f.forward_op + " ") + f.op : f.op;
+  if (is_backward(f)) return "grad of " + (f.forward_op.empty() ? "" : f.forward_op + " ") + f.op;
+  return f.recomputed ? f.op + " (recomputed)" : f.op;
 }
 
 std::string describe(size_t i, const Frame& f) {

@@ -135,6 +135,7 @@ Frame read_frame(const Node& n) {
   f.inputs_finite = n.at("inputs_finite").boolean();
   f.outputs_finite = n.at("outputs_finite").boolean();
   f.entries_omitted = n.at("entries_omitted").integer();
+  if (n.has("recomputed")) f.recomputed = n.at("recomputed").boolean();
   if (n.has("error")) f.error = n.at("error").str();
   for (const Node& e : n.at("entries").items()) f.entries.push_back(read_entry(e));
   return f;

@@ -86,6 +86,7 @@ nlohmann::json frame_json(const Frame& f) {
                    {"outputs_finite", f.outputs_finite},
                    {"entries_omitted", f.entries_omitted},
                    {"entries", entries}};
+  if (f.recomputed) j["recomputed"] = true;
   if (!f.error.empty()) j["error"] = f.error;
   return j;
 }

@@ -50,7 +50,7 @@ std::string render_frame_text(const Frame& frame) {
     out += "grad of " + frame.module_path + " " + frame.module_class + " " +
            (frame.forward_op.empty() ? std::string() : frame.forward_op + " ") + frame.op + "\n";
   } else {
-    out += frame.module_path + " " + frame.module_class + " " + frame.op + "\n";
+    out += frame.module_path + " " + frame.module_class + " " + frame.op + (frame.recomputed ? " (recomputed)" : "") + "\n";
   }
   for (const auto& e : frame.entries) out += entry_line(e) + "\n";
   if (frame.entries_omitted > 0) {

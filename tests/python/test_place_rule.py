@@ -330,21 +330,29 @@ def test_gradient_checkpointing_recomputes_without_a_batch_or_a_false_stop(reent
     plain = checkpointed_nanogpt(reentrant)
     expected = train(plain, 3)
     model = checkpointed_nanogpt(reentrant)
-    debug = DebugUnderflowOverflow(model)
+    debug = DebugUnderflowOverflow(model, max_frames_to_save=100000)
     assert train(model, 3) == expected
     # One batch a step: the forwards recomputed inside the backward open none, and their masks,
     # made again there, are neither gradients nor counted twice.
     assert debug.batch_number == 3 and debug.report is None
-    if not reentrant:  # (the reentrant form runs the block inside a custom autograd Function,
-        # whose inner ops make no frames of their own: its masks are not seen at all)
-        masks = [r for r in debug.tolerated() if r["op"] == "aten::masked_fill"]
-        assert len(masks) == 2 and all(r["frames"] == 3 for r in masks), masks
+    masks = [r for r in debug.tolerated() if r["op"] == "aten::masked_fill"]
+    assert len(masks) == 2 and all(r["frames"] == 3 for r in masks), masks
+    # The recomputed ops are recorded, marked, in their blocks: the same ops on the same values as
+    # the step's forward ran there (the non-reentrant form stops once it has what the backward
+    # needs: the first of them).
+    last = [f for f in debug.saved_frames() if f.batch_number == 2]
+    for block in ("h.0.inner", "h.1.inner"):
+        def ops(recomputed):
+            return [(f.module_path, f.op, [(e.label, e.stats.abs_min, e.stats.abs_max) for e in f.entries])
+                    for f in last if f.direction == "forward" and f.recomputed == recomputed
+                    and (f.module_path + ".").startswith(block + ".")]
+        recomputed, forward = ops(True), ops(False)
+        assert recomputed and recomputed == forward[: len(recomputed)], block
+    assert all(f.module_path.startswith("h.") for f in last if f.recomputed)
     debug.close()
 
 
-@pytest.mark.parametrize("reentrant", [pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="a reentrant checkpoint's inner graph runs in a nested backward whose nodes make no frames")),
-    False])
+@pytest.mark.parametrize("reentrant", [True, False])
 def test_an_inf_gradient_inside_a_checkpointed_module_is_still_caught(reentrant):
     from models import SqrtHead
 
@@ -354,5 +362,53 @@ def test_an_inf_gradient_inside_a_checkpointed_module_is_still_caught(reentrant)
         model(torch.ones(2, 4, requires_grad=True)).sum().backward()
     report = caught.value.report
     assert report.trigger.direction == "backward" and report.batch_number == 0
+    assert report.trigger.op == "SqrtBackward0" and report.trigger.module_path == "inner"
     assert debug.batch_number == 1
+    debug.close()
+
+
+class ExpFunction(torch.autograd.Function):
+    """A custom autograd Function: its own ops run inside one event of its own."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = (x * 100).exp()
+        ctx.save_for_backward(y)
+        return y.clamp(max=1.0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * y * 100
+
+
+class UsesExpFunction(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return ExpFunction.apply(self.lin(x)) + 1
+
+
+def test_the_ops_inside_a_custom_autograd_function_are_watched_and_its_backward_named():
+    torch.manual_seed(0)
+    model = UsesExpFunction()
+    x = torch.randn(2, 4)
+    debug = DebugUnderflowOverflow(model, strict=True)
+    with torch.no_grad():
+        model(x * 0.01)  # finite
+    with pytest.raises(NonFiniteError) as caught:
+        model(x * 10)
+    assert caught.value.report.trigger.op == "aten::exp" and caught.value.report.produced_here
+    debug.close()
+    # Under the place rule exp's inf stays inside the module (clamp makes it finite); its backward
+    # multiplies by it: an inf gradient, named in the backward.
+    debug = DebugUnderflowOverflow(model)
+    y = model(x * 10)
+    assert torch.isfinite(y).all()
+    with pytest.raises(NonFiniteError) as caught:
+        y.sum().backward()
+    assert caught.value.report.trigger.direction == "backward"
+    assert [r["op"] for r in debug.tolerated()] == ["aten::exp"]
     debug.close()

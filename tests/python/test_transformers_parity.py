@@ -4,7 +4,8 @@ stop in the same batch; for every module frame HF prints of a module that finish
 stopped, ours holds op frames of that module (or its sub-modules) with the same parameter, input and
 output abs-min/abs-max at HF's printed precision; ours stops at the module HF stops at (where the
 value leaves the module that made it) and names the op that made it; clean runs stop neither. T5's
-intended log(0) = -inf in its relative-position buckets stays inside its attention: tolerated."""
+intended log(0) = -inf in its relative-position buckets stays inside its attention: tolerated. Where
+HF prints "not a tensor" (a ModelOutput, a Cache), ours names the tensors inside."""
 
 import contextlib
 import io
@@ -195,3 +196,84 @@ def test_a_clean_run_stops_neither(name):
     _, hf_error = run(name, HfDebug, planted=False)
     _, our_error = run(name, overflow_sentinel.DebugUnderflowOverflow, planted=False)
     assert hf_error is None and our_error is None
+
+
+def tensor_paths(value, path):
+    """The paths a user types to reach the tensors in what a module of `transformers` was handed
+    or returned: a ModelOutput's fields, a Cache's keys and values per layer, tuples by index."""
+    if isinstance(value, torch.Tensor):
+        return {path}
+    if isinstance(value, (tuple, list)):
+        return set().union(*[tensor_paths(item, f"{path}[{i}]") for i, item in enumerate(value)])
+    if isinstance(value, transformers.utils.ModelOutput):
+        return set().union(*[tensor_paths(item, f"{path}.{key}") for key, item in value.items()])
+    if isinstance(value, transformers.Cache):
+        return set().union(*[tensor_paths(getattr(layer, part), f"{path}.layers[{i}].{part}")
+                             for i, layer in enumerate(value.layers) for part in ("keys", "values")])
+    return set()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_where_hf_prints_not_a_tensor_ours_names_the_tensors_inside(name):
+    kwargs = dict(batch_for(name, 1), **({"use_cache": True} if name in ("gpt2", "llama") else {}))
+    torch.manual_seed(0)
+    model, _ = MODELS[name]()
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text), torch.no_grad():
+        HfDebug(model.eval(), trace_batch_nums=[0])
+        model(**kwargs)
+    # HF's "not a tensor" entries: (module path, label).
+    header = re.compile(r"^ {18}(\S*) (\S+)$")
+    opaque, module = [], None
+    for line in text.getvalue().splitlines():
+        if header.match(line):
+            module = header.match(line).group(1)
+        elif line.strip().startswith("not a tensor"):
+            opaque.append((module, line.split()[-1]))
+    assert opaque, f"{name}: HF printed no 'not a tensor'"
+
+    torch.manual_seed(0)
+    model, _ = MODELS[name]()
+    model.eval()
+    ours = overflow_sentinel.DebugUnderflowOverflow(model, max_frames_to_save=100000)
+    # The values of the tensors each module was handed and returned, read then (a cache grows later).
+    seen = {}
+
+    def snapshot(path, side, value):
+        if side not in seen.setdefault(path, {}):
+            reached = {p: eval(p, {side: value}).double().abs() for p in tensor_paths(value, side)}  # noqa: S307
+            seen[path][side] = {p: (t.min().item(), t.max().item()) for p, t in reached.items()}
+
+    for path, sub in model.named_modules():
+        sub.register_forward_pre_hook(lambda m, args, path=path: snapshot(path, "input", args))
+        sub.register_forward_hook(lambda m, args, out, path=path: snapshot(path, "output", out))
+    with torch.no_grad():
+        model(**kwargs)
+    frames = [f for f in ours.saved_frames() if f.op in ("call", "return")]
+    ours.close()
+
+    named = values = 0
+    for path, label in opaque:
+        side = "input" if label.startswith("input") else "output"
+        expected = {p for p in seen[path][side] if p.startswith(label + ".") or p.startswith(label + "[")}
+        if not expected:
+            continue
+        op = "call" if side == "input" else "return"
+        mine = {e.label for f in frames if f.module_path == path and f.op == op for e in f.entries}
+        if side == "input":
+            # A cache handed from layer to layer is read where it is first met in the batch.
+            earlier = frames[: max((i for i, f in enumerate(frames) if f.module_path == path), default=-1) + 1]
+            mine |= {label + e.label.split("]", 1)[1] for f in earlier if f.op == "call" for e in f.entries
+                     if e.label.startswith("input[") and "." in e.label}
+        assert expected <= mine, f"{name}: {path or 'the model'} {label}: ours lacks {sorted(expected - mine)}"
+        named += len(expected)
+    # Each named entry holds the values of the tensor its path reaches, as the module saw it.
+    for f in frames:
+        side = "input" if f.op == "call" else "output"
+        for e in f.entries:
+            assert (e.stats.abs_min, e.stats.abs_max) == seen[f.module_path][side][e.label], (
+                f"{name}: {f.module_path} {e.label}")
+            values += 1
+    print(f"{name}: {len(opaque)} 'not a tensor' entries of HF's, {named} tensors inside named by ours, "
+          f"{values} named values equal")
+    assert named > 0

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -165,6 +166,25 @@ TEST(CppFrontend, NamedArgumentsAndResultsAreReadInFramesOfTheirModuleAndJudged)
     ASSERT_TRUE(e.report().origin_frame);
     EXPECT_EQ(e.report().origin_frame->op, "aten::exp");
   }
+}
+
+// A run resumed from a checkpoint numbers on from its step: set between batches, refused inside
+// one and below 0.
+TEST(CppFrontend, TheNextBatchNumberIsSetBetweenBatches) {
+  Mlp model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).max_frames_to_save(10));
+  watch.set_batch_number(5);
+  EXPECT_EQ(watch.batch_number(), 5);
+  {
+    auto step = watch.batch();
+    model->forward(small_input());
+    EXPECT_THROW(watch.set_batch_number(9), std::logic_error);
+    step.finish();
+  }
+  EXPECT_EQ(watch.batch_number(), 6);
+  EXPECT_EQ(watch.saved_frames().back().batch_number, 5);
+  EXPECT_THROW(watch.set_batch_number(-1), std::invalid_argument);
 }
 
 // As a front end whose module calls begin and end in two callbacks uses the stack (the Python

@@ -82,6 +82,9 @@ class Watchdog {
   void after_backward();
   // The number the next batch will get (= batches finished so far).
   int64_t batch_number() const;
+  // The number the next batch gets, set between batches (>= 0): a training run resumed from a
+  // checkpoint goes on numbering from its step. Throws std::logic_error while a batch is open.
+  void set_batch_number(int64_t next);
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.

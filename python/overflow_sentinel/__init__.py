@@ -129,6 +129,9 @@ class Watch:
         if older is not None:
             older.close()  # Trainer builds a new one at every train(): the newer one watches
         self._explicit = 0
+        # Trainer (trainer.py): forwards between its steps are an evaluation's, and say so.
+        self._between_steps_is_evaluation = False
+        self._phase = None
         self._compiled = _compiled_modules(model)
         self._handles = []
         # The hooks hold this object strongly when it lives as long as the model, else weakly.
@@ -155,6 +158,11 @@ class Watch:
         """Calls the native side, printing what it printed even when it raises what it found."""
         try:
             return native_method()
+        except NonFiniteError as error:
+            if self._phase is not None and error.report is not None:
+                error.report.phase = self._phase
+                error.args = (f"{error.args[0]} (in an {self._phase} forward between training steps)",)
+            raise
         finally:
             self._flush()
 
@@ -170,6 +178,7 @@ class Watch:
             raise error
         self._amp_mark = _amp.generation()
         if not self._explicit:
+            self._phase = "evaluation" if self._between_steps_is_evaluation else None
             self._call(self._native.begin_batch)
 
     def _end_call(self, output):
@@ -228,8 +237,14 @@ class Watch:
 
     @property
     def batch_number(self):
-        """The number the next batch will get (= batches finished so far)."""
+        """The number the next batch will get (= batches finished so far, unless set)."""
         return self._native.batch_number
+
+    @batch_number.setter
+    def batch_number(self, next_number):
+        """Between batches: the number the next batch gets (a run resumed from a checkpoint goes
+        on from its step). A ValueError for a negative number, a RuntimeError inside a batch."""
+        self._native.set_batch_number(int(next_number))
 
     @property
     def report(self):
@@ -303,6 +318,7 @@ class _Batch:
 
     def __enter__(self):
         w = self._watch
+        w._phase = None
         w._call(w._native.begin_batch)
         w._explicit += 1
         return w

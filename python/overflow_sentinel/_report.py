@@ -63,9 +63,11 @@ class Report(Record):
     detected), origin, origin_frame (the op that made a value tolerated inside its module until
     it left, or None), escape ('read', 'written', 'returned' or 'none'), tolerated (per module and
     op), python_stack (the source lines that ran the op, innermost first), kind, fp8_alarms,
-    fp8_metrics; `text` is the report as printed (HF's layout)."""
+    fp8_metrics; `text` is the report as printed (HF's layout). `phase` is 'evaluation' for a
+    forward a Trainer ran between its steps (overflow_sentinel.trainer), else None."""
 
     _nested = {"frames": Frame, "origin_frame": Frame}
+    phase = None
 
     def __init__(self, data, text=None):
         super().__init__(data)

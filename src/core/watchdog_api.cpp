@@ -4,7 +4,10 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/nn/module.h>
 
+#include <fmt/format.h>
+
 #include <exception>
+#include <stdexcept>
 
 #include "core/watchdog_impl.h"
 #include "report/report_files.h"
@@ -93,6 +96,13 @@ std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {
 int64_t Watchdog::batch_number() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->batches.next();
+}
+
+void Watchdog::set_batch_number(int64_t next) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (next < 0) throw std::invalid_argument(fmt::format("sentinel: a batch number is >= 0, not {}", next));
+  if (impl_->batches.open()) throw std::logic_error("sentinel: the batch number is set between batches, not inside one");
+  impl_->batches.set_next(next);
 }
 
 std::optional<Report> Watchdog::last_report() const {

@@ -35,6 +35,10 @@ class BatchState {
   // The open batch, else the last one (a backward after its forward's batch); 0 before any.
   int64_t current() const { return open_ ? current_ : std::max<int64_t>(next_ - 1, 0); }
   int64_t next() const { return next_; }
+  // Between batches: the number the next one gets (a resumed run goes on from its step).
+  void set_next(int64_t n) {
+    if (!open_) next_ = n;
+  }
   int64_t take_op_index() { return op_index_++; }
 
  private:

@@ -74,6 +74,7 @@ PYBIND11_MODULE(_native, m) {
       .def("close", &PythonWatch::close)
       .def_property_readonly("closed", &PythonWatch::closed)
       .def_property_readonly("batch_number", &PythonWatch::batch_number)
+      .def("set_batch_number", &PythonWatch::set_batch_number)
       .def("last_report_json", &PythonWatch::last_report_json)
       .def("fp8_metrics_json", &PythonWatch::fp8_metrics_json)
       .def("saved_frames_json", &PythonWatch::saved_frames_json)

@@ -229,6 +229,11 @@ std::string PythonWatch::close() {
 
 int64_t PythonWatch::batch_number() const { return live().batch_number(); }
 
+void PythonWatch::set_batch_number(int64_t next) {
+  Watchdog& w = live();
+  without_gil([&] { w.set_batch_number(next); });
+}
+
 py::object PythonWatch::last_report_json() const {
   std::optional<Report> report;
   {

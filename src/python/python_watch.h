@@ -63,6 +63,7 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   bool closed() const { return !watchdog_; }
 
   int64_t batch_number() const;
+  void set_batch_number(int64_t next);
   pybind11::object last_report_json() const;
   std::vector<std::string> fp8_metrics_json() const;
   std::string saved_frames_json() const;

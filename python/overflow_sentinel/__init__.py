@@ -162,6 +162,7 @@ class Watch:
             if self._phase is not None and error.report is not None:
                 error.report.phase = self._phase
                 error.args = (f"{error.args[0]} (in an {self._phase} forward between training steps)",)
+            _name_gradient_norm(error)
             raise
         finally:
             self._flush()
@@ -332,6 +333,24 @@ class _Batch:
             if exc_type is None:
                 raise  # what the step found; an exception already leaving the block goes on instead
         return False
+
+
+_NORM_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm")
+
+
+def _name_gradient_norm(error):
+    """clip_grad_norm_ (Trainer's, Accelerate's, the user's) computes the total gradient norm
+    outside the model's forward: when a norm there is what became non-finite from finite inputs
+    (the gradients' squares overflow), the step is lost, and the report says so:
+    `report.gradient_norm_nonfinite`, and the message."""
+    report = error.report
+    trigger = report.trigger if report is not None else None
+    if (trigger is None or trigger.direction != "forward" or trigger.op.split(".")[0] not in _NORM_OPS
+            or trigger.attribution != "model_root" or not report.produced_here):
+        return
+    report.gradient_norm_nonfinite = True
+    error.args = (f"{error.args[0]}; the total gradient norm at clipping is non-finite (from finite gradients): "
+                  f"the step is lost",)
 
 
 def _call_back(me, report_json, text):

@@ -7,7 +7,8 @@ The callback takes over from HF's DebugUnderflowOverflow, which Trainer builds a
 when `debug="underflow_overflow"` (its hooks are removed; without that argument the callback
 watches all the same). A Trainer step, every gradient-accumulation micro-batch with its backward,
 the clipping and the optimizer step, is one batch, numbered by the Trainer's global step (a run
-resumed from a checkpoint goes on from its step). What the step found is raised at the optimizer
+resumed from a checkpoint goes on from its step). What the step found is raised before the
+optimizer step (a non-finite gradient norm at clipping is named as such), or at the optimizer
 step's end, before zero_grad and before a checkpoint can be saved from poisoned weights. Forwards
 between steps (an evaluation) are watched without moving the count, and a report of one says it
 was an evaluation. Reports go to `output_dir` unless `report_dir=` says otherwise.
@@ -52,6 +53,12 @@ class SentinelCallback(transformers.TrainerCallback):
         self.watch.batch_number = state.global_step  # forwards since the last step do not count
         self._step = self.watch.batch()
         self._step.__enter__()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        # What the step found so far (a non-finite gradient norm at clipping) is raised before the
+        # optimizer can write with it.
+        if self._step is not None:
+            self.watch.check()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
         self._end_step()

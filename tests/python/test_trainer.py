@@ -123,6 +123,37 @@ def test_an_overflow_first_met_by_an_evaluation_between_steps_says_so(tmp_path):
     assert caught.value.report.batch_number == 2 and "evaluation" in str(caught.value)
 
 
+class PlantGradient(transformers.TrainerCallback):
+    """At step `step`, one element of a weight's gradient becomes 1e20: finite, but its square
+    overflows float32, so the total norm that clipping computes is inf."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == self.step:
+            def huge(grad):
+                grad = grad.clone()
+                grad[0, 0] = 1e20
+                return grad
+
+            model.transformer.h[1].mlp.c_fc.weight.register_hook(huge)
+
+
+def test_with_clipping_on_a_non_finite_gradient_norm_is_named_and_the_optimizer_never_steps_with_it(tmp_path):
+    sentinel = SentinelCallback()
+    model = gpt2()
+    trainer = transformers.Trainer(model=model, args=arguments(tmp_path, max_grad_norm=1.0), train_dataset=samples(12),
+                                   callbacks=[sentinel, PlantGradient(2)])
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(NonFiniteError) as caught:
+        trainer.train()
+    report = caught.value.report
+    assert report.batch_number == 2 and report.gradient_norm_nonfinite
+    assert "gradient norm at clipping is non-finite" in str(caught.value)
+    assert trainer.optimizer.state[model.transformer.h[1].mlp.c_fc.weight]["step"] == 2  # step 2 never ran
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
 def test_bad_input_options_that_do_not_exist_and_dataparallel_get_clear_errors():
     with pytest.raises(TypeError, match="max_frame_to_save, no_such_option"):
         SentinelCallback(no_such_option=1, max_frame_to_save=3)

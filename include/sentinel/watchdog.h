@@ -111,6 +111,11 @@ class Watchdog {
   // the place rule as what the module was handed or returned. The Python module's hooks call it.
   void module_boundary(const torch::nn::Module& module, bool returning,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+  // Names tensors that are not parameters (an optimizer's state: "h.0.fc.weight.exp_avg_sq"): the
+  // entries of the ops that read or write them carry the name. Held weakly (a freed tensor's name
+  // goes with it); naming a tensor again replaces its name. The Python module names an optimizer's
+  // state after its steps.
+  void name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
   // Whether a value is tolerated in the open batch now (returned() has something to look for).
   bool tolerating() const;
   // The batch's model returned `output` (its tensors, in tuples, lists and dicts): returned() of

@@ -143,6 +143,8 @@ class Watch:
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         Watch._of_model[model] = me
+        self._model_ref = weakref.ref(model)
+        self._state_names = {}
         # Once the model is gone there is nothing left to watch: the watchdog closes then.
         self._finalizer = weakref.finalize(model, _close_if_alive, me)
 
@@ -163,6 +165,7 @@ class Watch:
                 error.report.phase = self._phase
                 error.args = (f"{error.args[0]} (in an {self._phase} forward between training steps)",)
             _name_gradient_norm(error)
+            _name_first_element(error, self._named_tensor)
             raise
         finally:
             self._flush()
@@ -276,6 +279,46 @@ class Watch:
         import json
         return json.loads(self._native.tolerated_json())["tolerated"]
 
+    def watch_optimizer(self, optimizer):
+        """Names `optimizer`'s state after the parameters of the watched model it belongs to
+        ('h.0.fc.weight.exp_avg_sq'), after each of its steps (the state is made at the first):
+        the ops that read or write it show it by that name, and a report that stops there names
+        the first non-finite element. Returns the hook's handle."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds it
+        names = {id(p): n for n, p in self._model_parameters()}
+        seen = [None]
+        me = weakref.ref(self)  # the optimizer's hook keeps no watchdog alive
+
+        def name_state(opt, args=None, kwargs=None):
+            w = me()
+            if w is None or w._native.closed or len(opt.state) == seen[0]:
+                return  # (Adam's state is made at the first step, then updated in place)
+            seen[0] = len(opt.state)
+            named = [(f"{names[id(p)]}.{key}", value) for p, state in opt.state.items() if id(p) in names
+                     for key, value in state.items() if isinstance(value, torch.Tensor)]
+            w._state_names = {name: weakref.ref(t) for name, t in named}
+            w._native.name_tensors(named)
+
+        name_state(optimizer)
+        handle = optimizer.register_step_post_hook(name_state)
+        self._handles.append(handle)
+        return handle
+
+    def _named_tensor(self, module_path, label):
+        """The tensor an entry of a frame of `module_path` names: a named state, or a parameter."""
+        ref = self._state_names.get(label)
+        if ref is not None:
+            return ref()
+        full = f"{module_path}.{label}" if module_path else label
+        for name, p in self._model_parameters():
+            if name == full:
+                return p.detach()
+        return None
+
+    def _model_parameters(self):
+        model = self._model_ref()
+        return [] if model is None else model.named_parameters(remove_duplicate=False)
+
     def headroom(self):
         """Lines on what fp16/bf16 would overflow or flush (headroom=True)."""
         return self._native.describe_headroom()
@@ -351,6 +394,29 @@ def _name_gradient_norm(error):
     report.gradient_norm_nonfinite = True
     error.args = (f"{error.args[0]}; the total gradient norm at clipping is non-finite (from finite gradients): "
                   f"the step is lost",)
+
+
+def _name_first_element(error, tensor_named):
+    """A report that stops at a named tensor (a parameter, an optimizer's state) gets the first
+    non-finite element of it: `report.first_nonfinite` = {tensor, index, value}, also said in the
+    message. (Read after detection: the watchdog records no more ops.)"""
+    report = error.report
+    trigger = report.trigger if report is not None else None
+    if trigger is None:
+        return
+    for entry in trigger.entries:
+        stats = getattr(entry, "stats", None)
+        t = tensor_named(trigger.module_path, entry.label) if stats is not None and (stats.nan or stats.pos_inf or stats.neg_inf) else None
+        if t is None:
+            continue
+        with torch.no_grad():
+            where = (~torch.isfinite(t)).nonzero()
+        if len(where) == 0:
+            continue  # written since
+        index = tuple(int(i) for i in where[0])
+        report.first_nonfinite = {"tensor": entry.label, "index": index, "value": float(t[index])}
+        error.args = (f"{error.args[0]}; first non-finite element: {entry.label}{list(index)} = {float(t[index])}",)
+        return
 
 
 def _call_back(me, report_json, text):

@@ -29,6 +29,7 @@ def watch_steps(accelerator, model, optimizer, **options):
     # Before the watchdog's own hook, which would otherwise open a batch for this one forward.
     watch._handles.append(inner.register_forward_pre_hook(steps.begin, prepend=True))
     watch._handles.append(torch_optimizer.register_step_post_hook(steps.end))
+    watch.watch_optimizer(torch_optimizer)
     return watch
 
 

@@ -36,7 +36,7 @@ class SentinelCallback(transformers.TrainerCallback):
         self.watch = None
         self._step = None
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if args.n_gpu > 1 and args.parallel_mode == ParallelMode.NOT_DISTRIBUTED:
             raise ValueError("overflow_sentinel: a model replicated by DataParallel across GPUs cannot be watched "
                              "(each replica is a new model, out of reach of its hooks): use DDP (torchrun) instead")
@@ -45,6 +45,8 @@ class SentinelCallback(transformers.TrainerCallback):
         self.watch = DebugUnderflowOverflow(model, **{"report_dir": args.output_dir, **self._options})
         self.watch._between_steps_is_evaluation = True
         self.watch.batch_number = state.global_step
+        if optimizer is not None:
+            self.watch.watch_optimizer(optimizer)
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.watch is None or self.watch._native.closed:

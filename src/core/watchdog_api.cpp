@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 
 #include <exception>
+#include <iterator>
 #include <stdexcept>
 
+#include "core/entry_builder.h"
 #include "core/watchdog_impl.h"
 #include "report/report_files.h"
 
@@ -138,6 +140,25 @@ void Watchdog::module_boundary(const torch::nn::Module& module, bool returning,
   std::unique_lock<std::mutex> lock(impl_->mutex);
   if (!impl_->index || tensors.empty()) return;
   if (const auto place = impl_->index->module_place(&module)) impl_->record_boundary(*place, returning, tensors, lock);
+}
+
+void Watchdog::name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto& named = impl_->named_storages;
+  for (auto it = named.begin(); it != named.end();) it = it->second.storage.expired() ? named.erase(it) : std::next(it);
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    named.insert_or_assign(core::storage_key(t),
+                           Impl::NamedStorage{t.storage().getWeakStorageImpl(), impl_->strings.intern(name)});
+  }
+}
+
+uint32_t Watchdog::Impl::storage_name(const at::Tensor& t) const {
+  if (named_storages.empty() || !t.defined() || !t.has_storage()) return 0;
+  const auto it = named_storages.find(core::storage_key(t));
+  if (it == named_storages.end()) return 0;
+  const auto alive = it->second.storage.lock();
+  return alive.get() == t.storage().unsafeGetStorageImpl() ? it->second.name : 0;
 }
 
 namespace {

@@ -103,6 +103,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     EntryRecord e = read_entry(f, t, role, position, -1, opts.headroom() && !read_as_operand,
                                read_as_operand ? &gemm : nullptr);
     if (param) e.param_name = param->name;
+    else e.path = storage_name(t);
     f.add(e);
     if (gemm_operand && observers.dumper().wants(f.batch_number, places.path(f.place))) {
       observers.dumper().save(t, places.path(f.place), fp8::role_name(gemm.role), f.batch_number, opts.output());
@@ -115,6 +116,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
       const core::ParamRef* p = t.defined() ? index->find_param(t) : nullptr;
       EntryRecord e = read_entry(f, t, p ? Role::Param : Role::Input, position, static_cast<int>(j), opts.headroom());
       if (p) e.param_name = p->name;
+      else e.path = storage_name(t);
       f.add(e);
     }
   } else if (v.isNone() && tensor_arg) {
@@ -130,12 +132,16 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     const int index = single ? -1 : static_cast<int>(i);
     if (v.isTensor()) {
       any_tensor = true;
-      f.add(read_entry(f, v.toTensor(), Role::Output, index, -1, opts.headroom()));
+      EntryRecord e = read_entry(f, v.toTensor(), Role::Output, index, -1, opts.headroom());
+      e.path = storage_name(v.toTensor());
+      f.add(e);
     } else if (v.isTensorList()) {
       any_tensor = true;
       auto list = v.toTensorList();
       for (size_t j = 0; j < list.size(); ++j) {
-        f.add(read_entry(f, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom()));
+        EntryRecord e = read_entry(f, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom());
+        e.path = storage_name(list.get(j));
+        f.add(e);
       }
     } else if (v.isNone()) {
       f.add(plain_entry(EntryState::None, Role::Output, index, -1));

@@ -28,7 +28,9 @@
 #include "overlap/spare_core.h"
 #include "torchscript/fusion_guard.h"
 
+#include <c10/core/StorageImpl.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/intrusive_ptr.h>
 
 namespace c10 {
 struct IValue;
@@ -126,6 +128,15 @@ struct Watchdog::Impl final : capture::Session {
     uint8_t attribution;
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;
+  // Tensors the front end named (Watchdog::name_tensors), by storage. Weak: a storage made later at
+  // a freed one's address is not taken for it.
+  struct NamedStorage {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    uint32_t name = 0;
+  };
+  std::unordered_map<uintptr_t, NamedStorage> named_storages;
+  // The name given to `t`'s storage, 0 when none (lock held).
+  uint32_t storage_name(const at::Tensor& t) const;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
   // The FP8 monitor, the statistics collections, the loggers, the dumps (src/core/step_observers.h).
   core::StepObservers observers;

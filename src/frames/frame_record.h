@@ -86,13 +86,28 @@ struct FrameRecord {
     entries_omitted = 0;
     inputs_finite = outputs_finite = true;
   }
-  // Keeps the entry if there is room; its finiteness counts either way.
+  // Keeps the entry if there is room; its finiteness counts either way. A full frame keeps an
+  // inf/nan over a finite value of the same side (arguments or results): a _foreach_ op's hundreds
+  // of tensors must not hide the one that holds it.
   void add(const EntryRecord& e) {
-    if (!e.stats.finite()) (e.role == Role::Output ? outputs_finite : inputs_finite) = false;
+    const bool finite = e.stats.finite();
+    if (!finite) (e.role == Role::Output ? outputs_finite : inputs_finite) = false;
     if (e.role == Role::Output) ++outputs_seen;
     const int limit = e.role == Role::Output ? kMaxEntries : kMaxInputEntries;
-    if (entry_count < limit) entries[entry_count++] = e;
-    else ++entries_omitted;
+    if (entry_count < limit) {
+      entries[entry_count++] = e;
+      return;
+    }
+    ++entries_omitted;
+    if (finite) return;
+    // (An entry waiting for a device's numbers is not known to be finite yet: it stays.)
+    for (int i = entry_count; i-- > 0;) {
+      if (entries[i].stats.finite() && entries[i].pending_slot < 0 &&
+          (entries[i].role == Role::Output) == (e.role == Role::Output)) {
+        entries[i] = e;
+        return;
+      }
+    }
   }
   bool finite() const { return inputs_finite && outputs_finite; }
   bool has_room(Role role) const { return entry_count < (role == Role::Output ? kMaxEntries : kMaxInputEntries); }

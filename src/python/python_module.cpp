@@ -75,6 +75,7 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("closed", &PythonWatch::closed)
       .def_property_readonly("batch_number", &PythonWatch::batch_number)
       .def("set_batch_number", &PythonWatch::set_batch_number)
+      .def("name_tensors", &PythonWatch::name_tensors)
       .def("last_report_json", &PythonWatch::last_report_json)
       .def("fp8_metrics_json", &PythonWatch::fp8_metrics_json)
       .def("saved_frames_json", &PythonWatch::saved_frames_json)

@@ -229,6 +229,11 @@ std::string PythonWatch::close() {
 
 int64_t PythonWatch::batch_number() const { return live().batch_number(); }
 
+void PythonWatch::name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  Watchdog& w = live();
+  without_gil([&] { w.name_tensors(tensors); });
+}
+
 void PythonWatch::set_batch_number(int64_t next) {
   Watchdog& w = live();
   without_gil([&] { w.set_batch_number(next); });

@@ -64,6 +64,8 @@ class __attribute__((visibility("hidden"))) PythonWatch {
 
   int64_t batch_number() const;
   void set_batch_number(int64_t next);
+  // Watchdog::name_tensors: (name, tensor) pairs, an optimizer's state.
+  void name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors);
   pybind11::object last_report_json() const;
   std::vector<std::string> fp8_metrics_json() const;
   std::string saved_frames_json() const;

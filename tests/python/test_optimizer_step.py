@@ -1,0 +1,54 @@
+"""The optimizer step watched inside a training step's batch: an inf that Adam writes into its
+state is caught at that step, before the next forward, named by parameter and state tensor, with
+its first element; an op of hundreds of tensors (`_foreach_*`) still shows the one that holds it."""
+
+import pytest
+import torch
+from torch import nn
+
+from overflow_sentinel import NonFiniteError, Watch
+
+
+def deep(layers=8):
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(6, 6) for _ in range(layers)])
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+def test_a_huge_gradient_that_makes_adams_exp_avg_sq_inf_is_named_with_parameter_and_element(foreach):
+    model = deep()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
+    w = Watch(model, max_frames_to_save=50)
+    w.watch_optimizer(optimizer)
+    x = torch.randn(4, 6)
+    with pytest.raises(NonFiniteError) as caught:
+        for step in range(4):
+            with w.batch():
+                model(x).pow(2).mean().backward()
+                if step == 2:  # finite, but (1 - beta2) times its square overflows float32
+                    model[7].weight.grad[3, 5] = 1e22
+                optimizer.step()
+                optimizer.zero_grad()
+    report = caught.value.report
+    assert report.batch_number == 2
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the weights stay finite
+    labels = [e.label for e in report.trigger.entries if e.stats.nan or e.stats.pos_inf or e.stats.neg_inf]
+    assert "7.weight.exp_avg_sq" in labels, (report.trigger.op, [e.label for e in report.trigger.entries])
+    assert report.first_nonfinite == {"tensor": "7.weight.exp_avg_sq", "index": (3, 5), "value": float("inf")}
+    assert "7.weight.exp_avg_sq[3, 5] = inf" in str(caught.value)
+    w.close()
+
+
+def test_a_full_frame_keeps_the_non_finite_entry_over_finite_ones():
+    model = deep(1)  # (the watchdog lives as long as its model)
+    w = Watch(model, max_frames_to_save=10)
+    tensors = [torch.ones(3) for _ in range(30)]
+    tensors[25][1] = float("nan")
+    with pytest.raises(NonFiniteError) as caught:
+        with w.batch():
+            torch._foreach_abs(tensors)
+    trigger = caught.value.report.trigger
+    assert trigger.entries_omitted > 0
+    kept = [e.label for e in trigger.entries if e.stats.nan]
+    assert "input[0][25]" in kept and "output[0][25]" in kept, [e.label for e in trigger.entries]
+    w.close()

@@ -183,6 +183,28 @@ TEST(CppFrontend, TheNextBatchNumberIsSetBetweenBatches) {
   EXPECT_THROW(watch.set_batch_number(-1), std::invalid_argument);
 }
 
+// A phase labels the reports of the batches opened after it is set; the open batch keeps its own.
+TEST(CppFrontend, APhaseLabelsTheReportsOfTheBatchesOpenedAfterIt) {
+  Mlp model;
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
+  {
+    auto step = watch.batch();
+    watch.set_phase("evaluation");  // for the next batch
+    model->forward(small_input());
+    step.finish();
+  }
+  auto bad = small_input();
+  bad[0][0] = std::numeric_limits<float>::infinity();
+  auto step = watch.batch();
+  watch.set_phase("training");  // for the batch after this one
+  model->forward(bad);
+  EXPECT_THROW(step.finish(), sentinel::NonFiniteError);
+  ASSERT_TRUE(watch.last_report());
+  EXPECT_EQ(watch.last_report()->phase, "evaluation");
+  EXPECT_NE(out.str().find("Detected inf/nan during batch_number=1 (evaluation)\n"), std::string::npos) << out.str();
+}
+
 // As a front end whose module calls begin and end in two callbacks uses the stack (the Python
 // module's hooks): ops between enter and leave are the module's; leaving a module also leaves
 // those entered after it and never left (an exception went through them).

@@ -212,6 +212,9 @@ struct Report {
   // DumpOptions::on_detection: the directory holding the arguments and results of the op that
   // made the inf/nan (`sentinel replay DIR` re-runs it); empty when none was saved.
   std::string dump_dir;
+  // What the batch was, where the caller said (Watchdog::set_phase): "evaluation" for a forward a
+  // Trainer ran between its steps; empty otherwise.
+  std::string phase;
 
   // "nonfinite" (frames and origin), "fp8_alarm" (alarms; frames may be empty), "peer_nonfinite"
   // (another rank saw inf/nan, this one did not: its last frames) or "ranks_missing" (ranks did not

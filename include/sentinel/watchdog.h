@@ -80,11 +80,20 @@ class Watchdog {
   // For callers that run the backward pass themselves (the Python module, after loss.backward()):
   // what backward() does once the pass has run.
   void after_backward();
+  // after_backward() in its two halves, for a caller that raises only at its step's end (Trainer's
+  // ranks under DDP: none may raise inside a backward whose gradient all-reduce the others wait
+  // in). check_gradients() judges the parameters' .grad and throws nothing; meet_after_backward()
+  // takes the ranks' round of the backward and throws what this rank, or another, found.
+  void check_gradients();
+  void meet_after_backward();
   // The number the next batch will get (= batches finished so far).
   int64_t batch_number() const;
   // The number the next batch gets, set between batches (>= 0): a training run resumed from a
   // checkpoint goes on numbering from its step. Throws std::logic_error while a batch is open.
   void set_batch_number(int64_t next);
+  // What the batches opened from now on are, said in their reports (Report::phase): "evaluation"
+  // for a Trainer's forwards between its steps; empty for none. The open batch keeps its own.
+  void set_phase(std::string phase);
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.

@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from . import _amp, _build_info
+from . import _amp, _build_info, _optimizer
 
 
 def _load_native():
@@ -131,6 +131,7 @@ class Watch:
         self._explicit = 0
         # Trainer (trainer.py): forwards between its steps are an evaluation's, and say so.
         self._between_steps_is_evaluation = False
+        self._hold_to_step_end = False
         self._phase = None
         self._compiled = _compiled_modules(model)
         self._handles = []
@@ -161,11 +162,8 @@ class Watch:
         try:
             return native_method()
         except NonFiniteError as error:
-            if self._phase is not None and error.report is not None:
-                error.report.phase = self._phase
-                error.args = (f"{error.args[0]} (in an {self._phase} forward between training steps)",)
-            _name_gradient_norm(error)
-            _name_first_element(error, self._named_tensor)
+            _optimizer.name_gradient_norm(error)
+            _optimizer.name_first_element(error, self)
             raise
         finally:
             self._flush()
@@ -182,8 +180,14 @@ class Watch:
             raise error
         self._amp_mark = _amp.generation()
         if not self._explicit:
-            self._phase = "evaluation" if self._between_steps_is_evaluation else None
+            self._set_phase("evaluation" if self._between_steps_is_evaluation else None)
             self._call(self._native.begin_batch)
+
+    def _set_phase(self, phase):
+        """What the batches opened from now on are, in their reports (Report.phase)."""
+        if phase != self._phase:
+            self._native.set_phase(phase or "")
+        self._phase = phase
 
     def _end_call(self, output):
         if not self._explicit:
@@ -206,9 +210,32 @@ class Watch:
     def _after_backward(self):
         if self._native.closed:
             return
+        # (A backward that a GradScaler scaled is judged now: its scaler decides at step() whether
+        # what it found is an overflow it skips, _amp.py.)
+        if self._holding() and _amp.scaler_since(self._amp_mark) is None:
+            self._call(self._native.check_gradients)  # raised at the step's end (_meet_after_backward)
+            return
+        self._judge_backward(self._native.after_backward)
+
+    def _meet_after_backward(self):
+        """The step's backward is done (Trainer: before the optimizer step): the ranks meet, and
+        what this rank or another found is raised."""
+        if not self._native.closed:
+            self._judge_backward(self._native.meet_after_backward)
+
+    def _holding(self, in_forward=False):
+        # Trainer, Accelerate (trainer.py, accelerate.py): inside a step, nothing is raised before
+        # the step's end, where every rank stops alike: none raises in a forward or backward whose
+        # all-reduce another waits in. (A forward without gradients, an evaluation's, has no
+        # backward to come: it raises at once.)
+        if not (self._hold_to_step_end and self._explicit > 0):
+            return False
+        return not in_forward or torch.is_grad_enabled()
+
+    def _judge_backward(self, native_method):
         scaler = _amp.scaler_since(self._amp_mark)
         try:
-            self._call(self._native.after_backward)
+            self._call(native_method)
         except NonFiniteError as error:
             trigger = error.report.trigger if error.report is not None else None
             if scaler is None or trigger is None or trigger.direction != "backward":
@@ -284,40 +311,9 @@ class Watch:
         ('h.0.fc.weight.exp_avg_sq'), after each of its steps (the state is made at the first):
         the ops that read or write it show it by that name, and a report that stops there names
         the first non-finite element. Returns the hook's handle."""
-        optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds it
-        names = {id(p): n for n, p in self._model_parameters()}
-        seen = [None]
-        me = weakref.ref(self)  # the optimizer's hook keeps no watchdog alive
-
-        def name_state(opt, args=None, kwargs=None):
-            w = me()
-            if w is None or w._native.closed or len(opt.state) == seen[0]:
-                return  # (Adam's state is made at the first step, then updated in place)
-            seen[0] = len(opt.state)
-            named = [(f"{names[id(p)]}.{key}", value) for p, state in opt.state.items() if id(p) in names
-                     for key, value in state.items() if isinstance(value, torch.Tensor)]
-            w._state_names = {name: weakref.ref(t) for name, t in named}
-            w._native.name_tensors(named)
-
-        name_state(optimizer)
-        handle = optimizer.register_step_post_hook(name_state)
+        handle = _optimizer.name_state_after_steps(self, optimizer)
         self._handles.append(handle)
         return handle
-
-    def _named_tensor(self, module_path, label):
-        """The tensor an entry of a frame of `module_path` names: a named state, or a parameter."""
-        ref = self._state_names.get(label)
-        if ref is not None:
-            return ref()
-        full = f"{module_path}.{label}" if module_path else label
-        for name, p in self._model_parameters():
-            if name == full:
-                return p.detach()
-        return None
-
-    def _model_parameters(self):
-        model = self._model_ref()
-        return [] if model is None else model.named_parameters(remove_duplicate=False)
 
     def headroom(self):
         """Lines on what fp16/bf16 would overflow or flush (headroom=True)."""
@@ -362,7 +358,7 @@ class _Batch:
 
     def __enter__(self):
         w = self._watch
-        w._phase = None
+        w._set_phase(None)
         w._call(w._native.begin_batch)
         w._explicit += 1
         return w
@@ -376,47 +372,6 @@ class _Batch:
             if exc_type is None:
                 raise  # what the step found; an exception already leaving the block goes on instead
         return False
-
-
-_NORM_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm")
-
-
-def _name_gradient_norm(error):
-    """clip_grad_norm_ (Trainer's, Accelerate's, the user's) computes the total gradient norm
-    outside the model's forward: when a norm there is what became non-finite from finite inputs
-    (the gradients' squares overflow), the step is lost, and the report says so:
-    `report.gradient_norm_nonfinite`, and the message."""
-    report = error.report
-    trigger = report.trigger if report is not None else None
-    if (trigger is None or trigger.direction != "forward" or trigger.op.split(".")[0] not in _NORM_OPS
-            or trigger.attribution != "model_root" or not report.produced_here):
-        return
-    report.gradient_norm_nonfinite = True
-    error.args = (f"{error.args[0]}; the total gradient norm at clipping is non-finite (from finite gradients): "
-                  f"the step is lost",)
-
-
-def _name_first_element(error, tensor_named):
-    """A report that stops at a named tensor (a parameter, an optimizer's state) gets the first
-    non-finite element of it: `report.first_nonfinite` = {tensor, index, value}, also said in the
-    message. (Read after detection: the watchdog records no more ops.)"""
-    report = error.report
-    trigger = report.trigger if report is not None else None
-    if trigger is None:
-        return
-    for entry in trigger.entries:
-        stats = getattr(entry, "stats", None)
-        t = tensor_named(trigger.module_path, entry.label) if stats is not None and (stats.nan or stats.pos_inf or stats.neg_inf) else None
-        if t is None:
-            continue
-        with torch.no_grad():
-            where = (~torch.isfinite(t)).nonzero()
-        if len(where) == 0:
-            continue  # written since
-        index = tuple(int(i) for i in where[0])
-        report.first_nonfinite = {"tensor": entry.label, "index": index, "value": float(t[index])}
-        error.args = (f"{error.args[0]}; first non-finite element: {entry.label}{list(index)} = {float(t[index])}",)
-        return
 
 
 def _call_back(me, report_json, text):
@@ -474,7 +429,7 @@ def _post_hook(me, index):
             # error raised here, and the original exception goes on).
             w._native.leave(index, None)
             return
-        if w._native.leave(index, output):
+        if w._native.leave(index, output) and not w._holding(in_forward=True):
             w._call(w._native.check)
         if index == 0 and not _in_backward():
             w._end_call(output)

@@ -32,7 +32,8 @@ class NonFiniteError(SentinelError):
         # The report itself is printed already: the exception says where, in HF's words.
         if report is None or report.trigger is None:
             return message
-        return (f"DebugUnderflowOverflow: inf/nan detected during batch_number={report.batch_number} at "
+        phase = f" ({report.phase})" if report.phase else ""
+        return (f"DebugUnderflowOverflow: inf/nan detected during batch_number={report.batch_number}{phase} at "
                 f"{report.trigger}; the report is printed above and in the exception's .report")
 
 

@@ -64,7 +64,7 @@ class Report(Record):
     it left, or None), escape ('read', 'written', 'returned' or 'none'), tolerated (per module and
     op), python_stack (the source lines that ran the op, innermost first), kind, fp8_alarms,
     fp8_metrics; `text` is the report as printed (HF's layout). `phase` is 'evaluation' for a
-    forward a Trainer ran between its steps (overflow_sentinel.trainer), else None;
+    forward a Trainer ran between its steps (overflow_sentinel.trainer; the JSON's `phase`), else None;
     `gradient_norm_nonfinite` is True when the total gradient norm at clipping is what became
     non-finite, from finite gradients (the step is lost)."""
 

@@ -6,10 +6,15 @@
 An optimizer step is one batch: it opens at the first forward after the last step and ends when
 the optimizer has stepped, so the gradient-accumulation micro-batches of `accelerator.accumulate`
 (whose optimizer.step() does nothing until the gradients sync) are one batch, numbered by the
-steps taken. What a step found is raised at a module's end, from `accelerator.backward`, or at the
-latest from `optimizer.step()`, before `zero_grad`. The model is watched unwrapped (DDP's wrapper
-runs the same modules). Keyword arguments are the watchdog's options.
+steps taken. Nothing is raised inside a training step: what its forwards and backwards found is
+raised from `optimizer.step()` before the optimizer writes, and what the optimizer made after it,
+before `zero_grad`; under DDP every rank gets there past the gradient all-reduce and the ranks stop
+at the same step. (A forward without gradients, an evaluation's, raises at once.) The model is
+watched unwrapped (DDP's wrapper runs the same modules). Keyword arguments are the watchdog's
+options.
 """
+
+import sys
 
 from . import DebugUnderflowOverflow, _in_backward
 
@@ -25,9 +30,11 @@ def watch_steps(accelerator, model, optimizer, **options):
         raise TypeError(f"overflow_sentinel: watch_steps needs a torch.optim optimizer, not "
                         f"{type(torch_optimizer).__name__}")
     watch = DebugUnderflowOverflow(inner, **options)
+    watch._hold_to_step_end = True
     steps = _StepBatches(watch)
     # Before the watchdog's own hook, which would otherwise open a batch for this one forward.
     watch._handles.append(inner.register_forward_pre_hook(steps.begin, prepend=True))
+    watch._handles.append(torch_optimizer.register_step_pre_hook(steps.meet))
     watch._handles.append(torch_optimizer.register_step_post_hook(steps.end))
     watch.watch_optimizer(torch_optimizer)
     return watch
@@ -43,6 +50,16 @@ class _StepBatches:
         if self._open is None and not w._native.closed and not _in_backward():
             self._open = w.batch()
             self._open.__enter__()
+
+    def meet(self, optimizer, args, kwargs):
+        if self._open is None or self._watch._native.closed:
+            return
+        try:
+            self._watch._meet_after_backward()
+        except BaseException:
+            step, self._open = self._open, None
+            step.__exit__(*sys.exc_info())  # the step is over: its batch ends with the error
+            raise
 
     def end(self, optimizer, args, kwargs):
         step, self._open = self._open, None

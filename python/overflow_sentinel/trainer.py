@@ -7,12 +7,16 @@ The callback takes over from HF's DebugUnderflowOverflow, which Trainer builds a
 when `debug="underflow_overflow"` (its hooks are removed; without that argument the callback
 watches all the same). A Trainer step, every gradient-accumulation micro-batch with its backward,
 the clipping and the optimizer step, is one batch, numbered by the Trainer's global step (a run
-resumed from a checkpoint goes on from its step). What the step found is raised before the
-optimizer step (a non-finite gradient norm at clipping is named as such), or at the optimizer
-step's end, before zero_grad and before a checkpoint can be saved from poisoned weights. Forwards
+resumed from a checkpoint goes on from its step). Nothing is raised inside a step: what it found
+is raised at its end, before the optimizer step (a non-finite gradient norm at clipping is named
+as such), or after it for what the optimizer made, before zero_grad and before a checkpoint can be
+saved from poisoned weights. Under DDP every rank gets there past the gradient all-reduce, and the
+ranks stop at the same step. Forwards
 between steps (an evaluation) are watched without moving the count, and a report of one says it
 was an evaluation. Reports go to `output_dir` unless `report_dir=` says otherwise.
 """
+
+import sys
 
 import transformers
 from transformers.debug_utils import DebugUnderflowOverflow as _HfDebugUnderflowOverflow
@@ -44,6 +48,7 @@ class SentinelCallback(transformers.TrainerCallback):
         self._step = None
         self.watch = DebugUnderflowOverflow(model, **{"report_dir": args.output_dir, **self._options})
         self.watch._between_steps_is_evaluation = True
+        self.watch._hold_to_step_end = True
         self.watch.batch_number = state.global_step
         if optimizer is not None:
             self.watch.watch_optimizer(optimizer)
@@ -57,10 +62,15 @@ class SentinelCallback(transformers.TrainerCallback):
         self._step.__enter__()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        # What the step found so far (a non-finite gradient norm at clipping) is raised before the
-        # optimizer can write with it.
+        # What the step found so far (its forwards and backwards, a non-finite gradient norm at
+        # clipping) is raised before the optimizer can write with it; under DDP every rank is here,
+        # past the gradient all-reduce, and all stop at the same step.
         if self._step is not None:
-            self.watch.check()
+            try:
+                self.watch._meet_after_backward()
+            except BaseException:
+                self._end_step(*sys.exc_info())  # the step is over: its batch ends with the error
+                raise
 
     def on_optimizer_step(self, args, state, control, **kwargs):
         self._end_step()
@@ -68,10 +78,10 @@ class SentinelCallback(transformers.TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self._end_step()
 
-    def _end_step(self):
+    def _end_step(self, *exc):
         step, self._step = self._step, None
         if step is not None:
-            step.__exit__(None, None, None)  # raises what the step found
+            step.__exit__(*(exc or (None, None, None)))  # raises what the step found, if nothing else is raised
 
 
 def _remove_hf_hooks(model):

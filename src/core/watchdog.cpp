@@ -114,6 +114,7 @@ void Watchdog::Impl::callback_failed(const char* what) noexcept {
 void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // what is left of the last batch (a backward after it, a graph capture)
   snapshot_trace_locked(/*next_batch=*/true);
+  phase = next_phase;  // (after the last batch's leftovers above were reported under its own)
   if (delivery.stopped()) return;
   close_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
@@ -156,7 +157,12 @@ void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 void Watchdog::Impl::snapshot_trace_locked(bool next_batch) {
-  delivery.snapshot_trace([this](Report& r) { stamp_rank(r); }, next_batch);
+  delivery.snapshot_trace(
+      [this](Report& r) {
+        stamp_rank(r);
+        r.phase = phase;
+      },
+      next_batch);
 }
 
 void Watchdog::Impl::begin_auto_batch() {
@@ -286,6 +292,7 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::Fram
     report.python_stack = report::python_call_stack();
   }
   stamp_rank(report);
+  report.phase = phase;
   deliver(std::move(report), lock);
 }
 

@@ -73,9 +73,17 @@ void Watchdog::backward(const at::Tensor& loss) {
 }
 
 void Watchdog::after_backward() {
+  check_gradients();
+  // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.
+  meet_after_backward();
+}
+
+void Watchdog::check_gradients() {
   impl_->check_parameter_gradients();
   impl_->deliver_step_outcome();
-  // The ranks meet here, before the user's gradient all-reduce could spread an inf/nan.
+}
+
+void Watchdog::meet_after_backward() {
   impl_->exchange_ranks(ranks::Phase::Backward);
   impl_->throw_pending();
 }
@@ -95,6 +103,11 @@ std::vector<Fp8SlotMetrics> Watchdog::fp8_metrics() const {
   return impl_->observers.last_fp8_metrics();
 }
 
+void Watchdog::set_phase(std::string phase) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->next_phase = std::move(phase);
+}
+
 int64_t Watchdog::batch_number() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->batches.next();
@@ -104,6 +117,7 @@ void Watchdog::set_batch_number(int64_t next) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (next < 0) throw std::invalid_argument(fmt::format("sentinel: a batch number is >= 0, not {}", next));
   if (impl_->batches.open()) throw std::logic_error("sentinel: the batch number is set between batches, not inside one");
+  if (next < impl_->batches.next()) impl_->ranks.session().renumber();
   impl_->batches.set_next(next);
 }
 

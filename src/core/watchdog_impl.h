@@ -152,6 +152,8 @@ struct Watchdog::Impl final : capture::Session {
   // The BLAS and ATen leave a core idle (src/overlap/spare_core.h), looked at as each batch
   // begins: only then are inputs read beside their ops.
   bool core_left_idle = false;
+  // Watchdog::set_phase: said in the reports of the open batch (phase) and of those to come.
+  std::string phase, next_phase;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of

@@ -70,6 +70,7 @@ void Watchdog::Impl::act_on_agreement(const RankAgreement& agreed, std::unique_l
       r.rank = ranks.session().identity().rank;
       r.world_size = ranks.session().identity().world_size;
       r.batch_number = batches.current();
+      r.phase = phase;
       r.produced_here = false;
       r.fp8_metrics = observers.last_fp8_metrics();
       r.ranks = outcome.agreement;

@@ -207,6 +207,16 @@ void PythonWatch::after_backward() {
   without_gil([&] { w.after_backward(); });
 }
 
+void PythonWatch::check_gradients() {
+  Watchdog& w = live();
+  without_gil([&] { w.check_gradients(); });
+}
+
+void PythonWatch::meet_after_backward() {
+  Watchdog& w = live();
+  without_gil([&] { w.meet_after_backward(); });
+}
+
 std::string PythonWatch::close() {
   if (!watchdog_) return text_.take();
   {
@@ -232,6 +242,11 @@ int64_t PythonWatch::batch_number() const { return live().batch_number(); }
 void PythonWatch::name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   Watchdog& w = live();
   without_gil([&] { w.name_tensors(tensors); });
+}
+
+void PythonWatch::set_phase(const std::string& phase) {
+  Watchdog& w = live();
+  without_gil([&] { w.set_phase(phase); });
 }
 
 void PythonWatch::set_batch_number(int64_t next) {

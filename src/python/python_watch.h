@@ -56,6 +56,10 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   void end_batch();
   void check();
   void after_backward();
+  // Its two halves (Watchdog::check_gradients, meet_after_backward): a Trainer step raises at its end.
+  void check_gradients();
+  void meet_after_backward();
+  void set_phase(const std::string& phase);
   std::string take_text() { return text_.take(); }
   // Ends an open batch, destroys the watchdog (its last FP8 step and device reads are
   // delivered) and returns what it printed meanwhile. Idempotent.

@@ -2,6 +2,8 @@
 
 #include <sentinel/errors.h>
 
+#include <fmt/format.h>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -142,6 +144,7 @@ std::optional<RankAgreement> RankSession::exchange(int64_t batch, Phase phase) {
   if (!exchanging()) return std::nullopt;
   std::lock_guard<std::mutex> channel_lock(channel_mutex_);
   RankRecord self;
+  std::string round;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     int64_t& last = last_batch_[static_cast<int>(phase)];
@@ -150,8 +153,8 @@ std::optional<RankAgreement> RankSession::exchange(int64_t batch, Phase phase) {
     if (!failure_.empty()) return std::nullopt;  // said once, when it failed
     self = self_;
     if (self.tripped) told_ = true;
+    round = round_name(batch, phase == Phase::Backward ? "b" : "e");
   }
-  const std::string round = std::to_string(batch) + (phase == Phase::Backward ? "b" : "e");
   try {
     return agreement_from(batch, self, channel_->exchange(round, encode(self), wait_));
   } catch (const std::exception& e) {
@@ -162,18 +165,18 @@ std::optional<RankAgreement> RankSession::exchange(int64_t batch, Phase phase) {
 std::optional<RankAgreement> RankSession::announce(int64_t batch) {
   if (!untold_trip()) return std::nullopt;
   RankRecord self;
+  // The others hear of it at their next round, of this batch or the next, and answer there.
+  std::vector<std::string> rounds;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     told_ = true;
     self = self_;
+    for (int64_t b : {batch, batch + 1}) {
+      for (const char* phase : {"b", "e"}) rounds.push_back(round_name(b, phase));
+    }
   }
   leave(batch);
   std::lock_guard<std::mutex> channel_lock(channel_mutex_);
-  // The others hear of it at their next round, of this batch or the next, and answer there.
-  std::vector<std::string> rounds;
-  for (int64_t b : {batch, batch + 1}) {
-    for (const char* phase : {"b", "e"}) rounds.push_back(std::to_string(b) + phase);
-  }
   try {
     auto texts = channel_->gather_next(rounds, wait_);
     if (texts.empty()) return std::nullopt;  // a collective cannot gather from one rank
@@ -182,6 +185,17 @@ std::optional<RankAgreement> RankSession::announce(int64_t batch) {
   } catch (const std::exception& e) {
     return channel_failed(e, self);
   }
+}
+
+void RankSession::renumber() {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  ++numbering_;
+  last_batch_[0] = last_batch_[1] = -1;
+}
+
+std::string RankSession::round_name(int64_t batch, const char* phase) const {
+  // The first numbering keeps the plain names ("3b", "3e").
+  return numbering_ == 0 ? fmt::format("{}{}", batch, phase) : fmt::format("n{}.{}{}", numbering_, batch, phase);
 }
 
 void RankSession::leave(int64_t batch, bool aborted) noexcept {

@@ -61,12 +61,17 @@ class RankSession {
   // exception not the sentinel's unwinds that batch): its record stands in for it in the rounds
   // it misses.
   void leave(int64_t batch, bool aborted = false) noexcept;
+  // The batch count was set back (Trainer numbers a step by its global step after an evaluation's
+  // forwards counted on): the rounds to come are named apart from the ones already taken, which
+  // every rank does alike.
+  void renumber();
   double timeout_seconds() const { return timeout_seconds_; }
 
  private:
   RankAgreement agreement_from(int64_t batch, const RankRecord& self,
                                const std::vector<std::optional<std::string>>& texts) const;
   RankAgreement channel_failed(const std::exception& e, const RankRecord& self);
+  std::string round_name(int64_t batch, const char* phase) const;
 
   Identity id_;
   bool exchange_ = true;
@@ -81,6 +86,7 @@ class RankSession {
   std::string failure_;  // why the channel is no longer used
   RankRecord self_;
   int64_t last_batch_[2] = {-1, -1};  // by Phase
+  int64_t numbering_ = 0;             // renumber() calls so far
   bool told_ = false;                 // an exchange has carried self_.tripped
   bool left_ = false;
 };

@@ -412,8 +412,9 @@ std::string unmatched_table(const std::vector<UnmatchedFrame>& frames, const std
 std::string render_html(const Report& report, const std::vector<Fp8SlotMetrics>& fp8_history) {
   const bool has_trigger = report.kind != "trace" && !report.frames.empty();
   std::string out = fmt::format("<h1>Overflow Sentinel: {}</h1>\n<dl class=\"meta\"><dt>kind</dt><dd>{}</dd>"
-                                "<dt>batch</dt><dd>{}</dd><dt>frames</dt><dd>{}</dd>{}</dl>\n",
-                                kind_title(report.kind), escape(report.kind), report.batch_number, report.frames.size(),
+                                "<dt>batch</dt><dd>{}{}</dd><dt>frames</dt><dd>{}</dd>{}</dl>\n",
+                                kind_title(report.kind), escape(report.kind), report.batch_number,
+                                report.phase.empty() ? "" : " (" + escape(report.phase) + ")", report.frames.size(),
                                 report.world_size > 1 ? ranks_line(report) : "");
   if (report.kind != "trace" && report.kind != "fp8_alarm" && !report.origin.empty()) {
     out += "<p class=\"banner\">" +

@@ -243,6 +243,7 @@ Report read_report(const Node& root) {
   if (version >= 8) r.python_stack = strings(root.at("python_stack"));
   r.deferred = root.at("deferred").boolean();
   if (root.has("dump_dir")) r.dump_dir = root.at("dump_dir").str();
+  if (root.has("phase")) r.phase = root.at("phase").str();
   for (const Node& f : root.at("frames").items()) r.frames.push_back(read_frame(f));
   for (const Node& m : root.at("fp8_metrics").items()) r.fp8_metrics.push_back(read_metrics(m));
   for (const Node& a : root.at("fp8_alarms").items()) {

@@ -156,6 +156,7 @@ std::string render_json(const Report& report) {
                    {"deferred", report.deferred},
                    {"frames", frames}};
   if (!report.dump_dir.empty()) j["dump_dir"] = report.dump_dir;
+  if (!report.phase.empty()) j["phase"] = report.phase;
   return report::json_text(j, 2) + "\n";
 }
 

@@ -160,7 +160,8 @@ std::string render_text(const Report& report) {
     return out;
   }
   std::string out;
-  const std::string on_rank = report.world_size > 1 ? " on rank " + std::to_string(report.rank) : std::string();
+  const std::string on_rank = (report.world_size > 1 ? " on rank " + std::to_string(report.rank) : std::string()) +
+                              (report.phase.empty() ? std::string() : " (" + report.phase + ")");
   if (report.kind == "peer_nonfinite") {
     out = "Another rank detected inf/nan; none during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
   } else if (report.kind == "ranks_missing") {

@@ -6,7 +6,9 @@ checkpoint saved from the poisoned weights; an evaluation between steps that fin
 
 import contextlib
 import io
+import json
 import os
+import traceback
 import types
 
 import pytest
@@ -83,6 +85,9 @@ def test_a_planted_overflow_stops_training_at_its_step_with_the_report_in_output
         trainer.train()
     report = caught.value.report
     assert report.batch_number == 3 and report.phase is None
+    # Raised at the step's end, before the optimizer step: not inside the forward that met it.
+    raised_in = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert "on_pre_optimizer_step" in raised_in and "training_step" not in raised_in, raised_in
     assert report.trigger.module_path.startswith("transformer.h.1.mlp")
     assert (tmp_path / "sentinel_batch3.txt").exists() and (tmp_path / "sentinel_batch3.json").exists()
     saved = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-"))
@@ -124,6 +129,9 @@ def test_an_overflow_first_met_by_an_evaluation_between_steps_says_so(tmp_path):
         trainer.train()
     assert caught.value.report.phase == "evaluation"
     assert caught.value.report.batch_number == 2 and "evaluation" in str(caught.value)
+    # The report's files say so too.
+    assert json.loads((tmp_path / "sentinel_batch2.json").read_text())["phase"] == "evaluation"
+    assert "Detected inf/nan during batch_number=2 (evaluation)" in (tmp_path / "sentinel_batch2.txt").read_text()
 
 
 class PlantGradient(transformers.TrainerCallback):

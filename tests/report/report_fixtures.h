@@ -63,6 +63,7 @@ inline sentinel::Report full_report() {
   r.torchscript_stack = {"model.py:10: y = x * w"};
   r.deferred = true;
   r.dump_dir = "out/sentinel_batch3_dump";
+  r.phase = "evaluation";
   Frame f = frame("encoder.ff", "Dense", "aten::mul");
   f.batch_number = 3;
   f.op_index = 17;

@@ -46,6 +46,8 @@ TEST(JsonRead, EveryFieldSurvivesTheRoundTrip) {
   ASSERT_TRUE(back.ranks.first.has_value());
   EXPECT_EQ(back.ranks.first->host, "node-a");
   EXPECT_EQ(back.ranks.missing, std::vector<int64_t>{3});
+  EXPECT_EQ(back.phase, "evaluation");
+  EXPECT_NE(sentinel::render_text(back).find("during batch_number=3 on rank 1 (evaluation)\n"), std::string::npos);
 }
 
 TEST(JsonRead, ATraceRendersAsTraceModePrintsIt) {

@@ -1,0 +1,88 @@
+"""The optimizer step, named: the optimizer's state after the parameters it belongs to, the first
+non-finite element of a named tensor a report stops at, and a total gradient norm that clipping
+found non-finite from finite gradients (docs/python.md, "The optimizer step")."""
+
+import weakref
+
+import torch
+
+_NORM_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm")
+
+
+def name_state_after_steps(watch, optimizer):
+    """Names `optimizer`'s state for `watch` now and after each of its steps; returns the hook's
+    handle."""
+    optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds it
+    names = {id(p): n for n, p in _model_parameters(watch)}
+    seen = [None]
+    me = weakref.ref(watch)  # the optimizer's hook keeps no watchdog alive
+
+    def name_state(opt, args=None, kwargs=None):
+        w = me()
+        if w is None or w._native.closed or len(opt.state) == seen[0]:
+            return  # (Adam's state is made at the first step, then updated in place)
+        seen[0] = len(opt.state)
+        named = [(f"{names[id(p)]}.{key}", value) for p, state in opt.state.items() if id(p) in names
+                 for key, value in state.items() if isinstance(value, torch.Tensor)]
+        w._state_names = {name: weakref.ref(t) for name, t in named}
+        w._native.name_tensors(named)
+
+    name_state(optimizer)
+    return optimizer.register_step_post_hook(name_state)
+
+
+def name_gradient_norm(error):
+    """clip_grad_norm_ (Trainer's, Accelerate's, the user's) computes the total gradient norm
+    outside the model's forward: when a norm there is what became non-finite from finite inputs
+    (the gradients' squares overflow), the step is lost, and the report says so:
+    `report.gradient_norm_nonfinite`, and the message."""
+    report = error.report
+    trigger = report.trigger if report is not None else None
+    if (trigger is None or trigger.direction != "forward" or trigger.op.split(".")[0] not in _NORM_OPS
+            or trigger.attribution != "model_root" or not report.produced_here):
+        return
+    report.gradient_norm_nonfinite = True
+    error.args = (f"{error.args[0]}; the total gradient norm at clipping is non-finite (from finite gradients): "
+                  f"the step is lost",)
+
+
+def name_first_element(error, watch):
+    """A report that stops at a named tensor (a parameter, an optimizer's state) gets the first
+    non-finite element of it: `report.first_nonfinite` = {tensor, index, value}, also said in the
+    message. (Read after detection: the watchdog records no more ops.)"""
+    report = error.report
+    trigger = report.trigger if report is not None else None
+    if trigger is None:
+        return
+    for entry in trigger.entries:
+        stats = getattr(entry, "stats", None)
+        if stats is None or not (stats.nan or stats.pos_inf or stats.neg_inf):
+            continue
+        t = _named_tensor(watch, trigger.module_path, entry.label)
+        if t is None:
+            continue
+        with torch.no_grad():
+            where = (~torch.isfinite(t)).nonzero()
+        if len(where) == 0:
+            continue  # written since
+        index = tuple(int(i) for i in where[0])
+        report.first_nonfinite = {"tensor": entry.label, "index": index, "value": float(t[index])}
+        error.args = (f"{error.args[0]}; first non-finite element: {entry.label}{list(index)} = {float(t[index])}",)
+        return
+
+
+def _named_tensor(watch, module_path, label):
+    """The tensor an entry of a frame of `module_path` names: a named state, or a parameter."""
+    ref = watch._state_names.get(label)
+    if ref is not None:
+        return ref()
+    full = f"{module_path}.{label}" if module_path else label
+    for name, p in _model_parameters(watch):
+        if name == full:
+            return p.detach()
+    return None
+
+
+def _model_parameters(watch):
+    model = watch._model_ref()
+    return [] if model is None else model.named_parameters(remove_duplicate=False)

@@ -3,9 +3,12 @@
 tokens, AdamW, with clipping at 1.0 (Trainer's default): unwatched, with
 `debug="underflow_overflow"` and the sentinel's callback (overflow_sentinel.trainer), and with
 `debug="underflow_overflow"` alone (HF's own DebugUnderflowOverflow). Each case is one
-`trainer.train()` of --steps steps on a fresh model of the same weights; the cases run back to
-back in a rotating order within each round (after one warm-up round); each round gives the ratios
-to the unwatched run, and the medians and quartiles over the rounds are printed.
+`trainer.train()` of --steps steps on a fresh model of the same weights, timed step by step (from
+one step's start to the next's: the whole loop, optimizer and Trainer's own work included); a
+case's time is the median of its steps after the first two (the watchdog's setup and first
+reads). The cases run back to back in a rotating order within each round (after one warm-up
+round); each round gives the ratios to the unwatched run, and the medians and quartiles over the
+rounds are printed.
 
     OPENBLAS_NUM_THREADS=1 scripts/python.sh bench/trainer_gpt2.py [--rounds N] [--steps N]
 """
@@ -42,17 +45,29 @@ def dataset(n):
     return [{"input_ids": row, "labels": row} for row in ids]
 
 
-def train_seconds(case, steps, data, output_dir):
+class StepClock(transformers.TrainerCallback):
+    def __init__(self):
+        self.starts = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.starts.append(time.perf_counter())
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.starts.append(time.perf_counter())
+
+
+def step_seconds(case, steps, data, output_dir):
     args = transformers.TrainingArguments(
         output_dir=output_dir, per_device_train_batch_size=BATCH, max_steps=steps, learning_rate=1e-4,
         save_strategy="no", logging_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, seed=0,
         debug="" if case == "unwatched" else "underflow_overflow")
-    callbacks = [SentinelCallback()] if case == "sentinel" else []
+    clock = StepClock()
+    callbacks = [SentinelCallback(), clock] if case == "sentinel" else [clock]
     trainer = transformers.Trainer(model=model(), args=args, train_dataset=data, callbacks=callbacks)
-    with contextlib.redirect_stdout(io.StringIO()):  # HF's class prints nothing on a clean run; Trainer may
-        start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):  # what Trainer prints at the end
         trainer.train()
-        return time.perf_counter() - start
+    intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])]
+    return statistics.median(intervals[2:])
 
 
 def main():
@@ -66,7 +81,7 @@ def main():
     with tempfile.TemporaryDirectory() as output_dir:
         for round_index in range(args.rounds + 1):
             order = CASES[round_index % 3:] + CASES[:round_index % 3]
-            took = {case: train_seconds(case, args.steps, data, output_dir) for case in order}
+            took = {case: step_seconds(case, args.steps, data, output_dir) for case in order}
             if round_index == 0:
                 continue  # warm-up
             for case in CASES:
@@ -76,10 +91,10 @@ def main():
     print(f"Trainer, GPT-2 {LAYERS} layers d_model {MODEL}, batch {BATCH} x {SEQ}, {args.steps} steps per train(), "
           f"{args.rounds} rounds, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.get_num_threads()} threads")
-    print(f"  unwatched: {statistics.median(seconds['unwatched']) / args.steps * 1000:.1f} ms per step (median)")
+    print(f"  unwatched: {statistics.median(seconds['unwatched']) * 1000:.1f} ms per step (median)")
     for case in CASES[1:]:
         q = statistics.quantiles(ratios[case], n=4) if len(ratios[case]) > 1 else ratios[case] * 3
-        print(f"  {case:9s}: {statistics.median(seconds[case]) / args.steps * 1000:.1f} ms per step, "
+        print(f"  {case:9s}: {statistics.median(seconds[case]) * 1000:.1f} ms per step, "
               f"ratio to unwatched median {statistics.median(ratios[case]):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f})")
 
 

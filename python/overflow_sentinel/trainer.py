@@ -11,9 +11,9 @@ resumed from a checkpoint goes on from its step). Nothing is raised inside a ste
 is raised at its end, before the optimizer step (a non-finite gradient norm at clipping is named
 as such), or after it for what the optimizer made, before zero_grad and before a checkpoint can be
 saved from poisoned weights. Under DDP every rank gets there past the gradient all-reduce, and the
-ranks stop at the same step. Forwards
-between steps (an evaluation) are watched without moving the count, and a report of one says it
-was an evaluation. Reports go to `output_dir` unless `report_dir=` says otherwise.
+ranks stop at the same step. Forwards between steps (an evaluation) are watched without moving the
+count, and a report of one says it was an evaluation. Reports go to `output_dir` unless
+`report_dir=` says otherwise.
 """
 
 import sys

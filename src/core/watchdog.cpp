@@ -157,12 +157,7 @@ void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 void Watchdog::Impl::snapshot_trace_locked(bool next_batch) {
-  delivery.snapshot_trace(
-      [this](Report& r) {
-        stamp_rank(r);
-        r.phase = phase;
-      },
-      next_batch);
+  delivery.snapshot_trace([this](Report& r) { stamp(r); }, next_batch);
 }
 
 void Watchdog::Impl::begin_auto_batch() {
@@ -291,8 +286,7 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::Fram
     if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
     report.python_stack = report::python_call_stack();
   }
-  stamp_rank(report);
-  report.phase = phase;
+  stamp(report);
   deliver(std::move(report), lock);
 }
 

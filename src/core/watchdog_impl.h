@@ -191,8 +191,9 @@ struct Watchdog::Impl final : capture::Session {
   std::string dump_tripping_op(const frames::FrameRecord& f, int64_t batch);
   // DumpOptions::on_detection with somewhere to write: each op's arguments are held until its end.
   bool dumps_on_trip() const { return opts.dumps().on_detection() && !delivery.files_dir().empty(); }
-  // This rank's rank fields, and its first inf/nan as the other ranks will hear of it.
-  void stamp_rank(Report& report);
+  // What every report of this watchdog carries: this rank's rank fields, its first inf/nan as the
+  // other ranks will hear of it, and the open batch's phase.
+  void stamp(Report& report);
   // Records the report (under Action::Throw, as the pending error), then runs its action without
   // the lock: prints it, writes its files, aborts or calls back. Unlocks.
   void deliver(Report report, std::unique_lock<std::mutex>& lock);

@@ -7,7 +7,10 @@
 
 namespace sentinel {
 
-void Watchdog::Impl::stamp_rank(Report& report) { ranks.stamp(report); }
+void Watchdog::Impl::stamp(Report& report) {
+  ranks.stamp(report);
+  report.phase = phase;
+}
 
 void Watchdog::Impl::exchange_ranks(ranks::Phase phase) {
   if (!ranks.session().exchanging()) return;

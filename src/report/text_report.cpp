@@ -160,14 +160,16 @@ std::string render_text(const Report& report) {
     return out;
   }
   std::string out;
-  const std::string on_rank = (report.world_size > 1 ? " on rank " + std::to_string(report.rank) : std::string()) +
-                              (report.phase.empty() ? std::string() : " (" + report.phase + ")");
+  // Which rank, and what the batch was: " on rank 1 (evaluation)".
+  const std::string rank_and_phase =
+      (report.world_size > 1 ? " on rank " + std::to_string(report.rank) : std::string()) +
+      (report.phase.empty() ? std::string() : " (" + report.phase + ")");
   if (report.kind == "peer_nonfinite") {
-    out = "Another rank detected inf/nan; none during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
+    out = "Another rank detected inf/nan; none during batch_number=" + std::to_string(report.batch_number) + rank_and_phase + "\n";
   } else if (report.kind == "ranks_missing") {
-    out = "Ranks did not answer during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
+    out = "Ranks did not answer during batch_number=" + std::to_string(report.batch_number) + rank_and_phase + "\n";
   } else {
-    out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + on_rank + "\n";
+    out = "Detected inf/nan during batch_number=" + std::to_string(report.batch_number) + rank_and_phase + "\n";
   }
   bool any_backward = false;
   for (const auto& f : report.frames) any_backward = any_backward || f.direction == Direction::Backward;

@@ -47,8 +47,7 @@ def run_rank(rank, output_dir):
         report = error.report.as_dict()
         outcome.update(stopped=True, batch=report["batch_number"], global_step=trainer.state.global_step,
                        ranks=report.get("ranks"), world_size=report.get("world_size"),
-                       raised_in=[frame.name for frame in traceback.extract_tb(error.__traceback__)],
-                       text=error.report.text if hasattr(error.report, "text") else str(error))
+                       raised_in=[frame.name for frame in traceback.extract_tb(error.__traceback__)])
     print("OUTCOME " + json.dumps(outcome), flush=True)
 
 

@@ -94,6 +94,10 @@ class Watchdog {
   // What the batches opened from now on are, said in their reports (Report::phase): "evaluation"
   // for a Trainer's forwards between its steps; empty for none. The open batch keeps its own.
   void set_phase(std::string phase);
+  // Code that writes tensors without bumping their version counters runs from now on (`inside`
+  // true: torch.compile's generated kernels, which reuse buffers in place) or has returned: no
+  // read kept from before serves a tensor after it, and none made inside is reused.
+  void set_inside_compiled_code(bool inside);
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.
@@ -120,6 +124,11 @@ class Watchdog {
   // the place rule as what the module was handed or returned. The Python module's hooks call it.
   void module_boundary(const torch::nn::Module& module, bool returning,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+  // `module`'s compiled call (torch.compile's kernels: no op of theirs is seen) made `outputs`:
+  // read as one frame of the module (op "compiled call"), judged as its own ops' results would be,
+  // so one the module then returns is an error there. The Python module's compiled boundary calls it.
+  void compiled_call_returned(const torch::nn::Module& module,
+                              const std::vector<std::pair<std::string, at::Tensor>>& outputs);
   // Names tensors that are not parameters (an optimizer's state: "h.0.fc.weight.exp_avg_sq"): the
   // entries of the ops that read or write them carry the name. Held weakly (a freed tensor's name
   // goes with it); naming a tensor again replaces its name. The Python module names an optimizer's

@@ -8,14 +8,14 @@ first inf/nan the report is printed in HF's layout and NonFiniteError (a ValueEr
 is raised, carrying the report as an object. See docs/python.md.
 """
 
-import collections.abc
 import functools
 import sys
 import weakref
 
 import torch
 
-from . import _amp, _build_info, _optimizer
+from . import _amp, _build_info, _compiled, _optimizer
+from ._hooks import first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
 
 
 def _load_native():
@@ -50,26 +50,6 @@ def option_names():
     return sorted(_native.option_names())
 
 
-def _first_tensor_with_grad(output, depth=0):
-    """A tensor of the forward's result that the backward will reach: in tuples, lists, dicts
-    (HF's ModelOutput is one) and other objects' public attributes (a dataclass), a few levels."""
-    if isinstance(output, torch.Tensor):
-        return output if output.grad_fn is not None else None
-    if depth >= 4 or isinstance(output, (type, torch.nn.Module)) or callable(output):
-        return None
-    if isinstance(output, collections.abc.Mapping):
-        items = output.values()
-    elif isinstance(output, (list, tuple)):
-        items = output
-    else:
-        items = [v for k, v in getattr(output, "__dict__", {}).items() if not k.startswith("_")]
-    for item in items:
-        found = _first_tensor_with_grad(item, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
 def _compiled_modules(model):
     """Modules whose ops may run fused, where no callback sees them one by one."""
     found = []
@@ -77,9 +57,6 @@ def _compiled_modules(model):
         if isinstance(module, torch.jit.ScriptModule):
             found.append((path, "it runs as TorchScript, whose fusers run groups of ops as one kernel",
                           "torch._C._jit_set_texpr_fuser_enabled(False) (and nvfuser's switch), or watch its eager module"))
-        elif hasattr(module, "_orig_mod"):  # torch.compile's wrapper
-            found.append((path, "it was compiled with torch.compile, whose kernels run many ops each",
-                          "watch the module before compiling it (model._orig_mod)"))
     return found
 
 
@@ -90,19 +67,28 @@ class Watch:
     A batch is one call of the model (its top module's forward) unless `batch()` opens one for a
     training step. Keyword arguments are the native Options (option_names()); `config` is a YAML
     config in TransformerEngine's layout, applied first; `callback(report)` with action='callback'
-    (implied) is called at detection instead of raising."""
+    (implied) is called at detection instead of raising.
+
+    A compiled model (torch.compile(model), model.compile()) is watched at its compiled call's
+    boundary; at an inf/nan the batch is replayed eagerly to name the op, unless `replay_compiled`
+    is False (docs/compile.md)."""
 
     # Whether the model's hooks keep the watchdog alive (DebugUnderflowOverflow: as HF's object,
     # which lives through the hooks it registered), and whether a newer one replaces it.
     _lives_with_model = False
+    # A replay's watchdog (_replay.py) watches a model already watched, for one batch.
+    _is_replay = False
+    # What a batch() is, in its report (a training step: no phase said).
+    _step_phase = None
     # The watchdog of each model being watched, to refuse a second one (a weak map: watching keeps
     # no model alive).
     _of_model = weakref.WeakKeyDictionary()
 
-    def __init__(self, model, *, config=None, callback=None, **options):
+    def __init__(self, model, *, config=None, callback=None, replay_compiled=True, **options):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"overflow_sentinel: model must be a torch.nn.Module, not {type(model).__name__}")
-        older = Watch._of_model.get(model)
+        model, compiled_wrapper = _compiled.unwrap(model)
+        older = None if self._is_replay else Watch._of_model.get(model)
         older = older() if older is not None else None
         if older is not None and older._native.closed:
             older = None
@@ -119,14 +105,18 @@ class Watch:
         self._callback = callback
         native_callback = None if callback is None else functools.partial(_call_back, me)
         self._native = _native.Watch(model, options, None if config is None else str(config), native_callback)
+        self._options = options
+        self._replay_compiled = bool(replay_compiled)
+        self._replaying = False
         self._flush()  # what starting said (allow_nonfinite patterns that match no module)
         # fp16 AMP: a backward GradScaler scaled, and whose step it then skips (_amp.py).
-        _amp.enter()
-        self._amp_entered = True
+        self._amp_entered = not self._is_replay
+        if self._amp_entered:
+            _amp.enter()
         self._amp_mark = _amp.generation()
         self._amp_held = None
         self._skipped_steps = []
-        if older is not None:
+        if older is not None and not self._is_replay:
             older.close()  # Trainer builds a new one at every train(): the newer one watches
         self._explicit = 0
         # Trainer (trainer.py): forwards between its steps are an evaluation's, and say so.
@@ -137,12 +127,20 @@ class Watch:
         self._handles = []
         # The hooks hold this object strongly when it lives as long as the model, else weakly.
         hold = (lambda target=self: target) if self._lives_with_model else me
-        for index, module in enumerate(self._native.take_modules()):
+        modules = self._native.take_modules()
+        for index, module in enumerate(modules):
             try:
-                self._handles.append(module.register_forward_pre_hook(_pre_hook(hold, index)))
-                self._handles.append(_register_post_hook(module, _post_hook(hold, index)))
+                self._handles.append(module.register_forward_pre_hook(pre_hook(hold, index)))
+                self._handles.append(register_post_hook(module, post_hook(hold, index)))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
+        paths = {id(m): path for path, m in model.named_modules()}
+        self._module_paths = [paths.get(id(m), "") for m in modules]
+        self._boundaries = [] if self._is_replay else _compiled.boundaries(self, model, compiled_wrapper, modules)
+        if self._is_replay:
+            self._model_ref = weakref.ref(model)
+            return
+        _compiled.notice_later_compiles(self)
         Watch._of_model[model] = me
         self._model_ref = weakref.ref(model)
         self._state_names = {}
@@ -164,9 +162,24 @@ class Watch:
         except NonFiniteError as error:
             _optimizer.name_gradient_norm(error)
             _optimizer.name_first_element(error, self)
+            if not self._scaled_backward(error):  # (else its GradScaler decides first)
+                self._explain(error)
             raise
         finally:
             self._flush()
+
+    def _explain(self, error):
+        """A compiled model: what the eager replay of the error's batch finds goes with it."""
+        if self._boundaries and error.report is not None and getattr(error, "replay", None) is None:
+            self._flush()
+            error.replay = _compiled.explain(self._boundaries, error)
+            error.report.replay = error.replay
+
+    def _scaled_backward(self, error):
+        """Whether `error` is of a backward a GradScaler scaled, whose step() judges it (_amp.py)."""
+        trigger = error.report.trigger if error.report is not None else None
+        return (_amp.scaler_since(self._amp_mark) is not None and trigger is not None
+                and trigger.direction == "backward")
 
     def _begin_call(self):
         if self._compiled:
@@ -177,6 +190,7 @@ class Watch:
         if self._amp_held is not None:
             error, self._amp_held = self._amp_held, None  # no GradScaler.step() came to judge it
             _amp.forget(self)
+            self._explain(error)
             raise error
         self._amp_mark = _amp.generation()
         if not self._explicit:
@@ -195,12 +209,14 @@ class Watch:
         self._watch_backward(output)
 
     def _watch_backward(self, output):
-        tensor = _first_tensor_with_grad(output)
+        tensor = first_tensor_with_grad(output)
         if tensor is None:
             return
         me = weakref.ref(self)
 
         def on_gradient(grad):
+            if is_compiling():
+                return
             w = me()
             if w is not None and not w._native.closed:
                 torch.autograd.Variable._execution_engine.queue_callback(w._after_backward)
@@ -237,12 +253,14 @@ class Watch:
         try:
             self._call(native_method)
         except NonFiniteError as error:
-            trigger = error.report.trigger if error.report is not None else None
-            if scaler is None or trigger is None or trigger.direction != "backward":
+            if not self._scaled_backward(error):
                 raise
             # A scaled backward: its scaler's step() says whether this is an overflow it skips.
             self._amp_held = error
             _amp.hold(scaler, self, error)
+        else:
+            for boundary in self._boundaries:
+                boundary.backward_judged()
 
     def _amp_skipped(self, error, scale):
         self._amp_held = None
@@ -252,8 +270,9 @@ class Watch:
                          f"gradients at scale {scale:g} hold inf/nan (it lowers its scale); counted, not an error\n")
         sys.stdout.flush()
 
-    def _amp_resolved(self):
+    def _amp_resolved(self, error):
         self._amp_held = None
+        self._explain(error)
 
     # ---- the user's calls ---------------------------------------------------------------------
 
@@ -325,6 +344,9 @@ class Watch:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for boundary in getattr(self, "_boundaries", []):
+            boundary.remove()
+        self._boundaries = []
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer.detach()
@@ -358,7 +380,7 @@ class _Batch:
 
     def __enter__(self):
         w = self._watch
-        w._set_phase(None)
+        w._set_phase(w._step_phase)
         w._call(w._native.begin_batch)
         w._explicit += 1
         return w
@@ -386,54 +408,11 @@ def _close_if_alive(me):
         w.close()
 
 
-def _in_backward():
-    """Whether this forward runs inside a backward: gradient checkpointing recomputing it."""
-    current = getattr(torch._C, "_current_graph_task_id", None)
-    return current is not None and current() != -1
 
 
-def _pre_hook(me, index):
-    if index == 0:
-        def pre(module, args):
-            w = me()
-            if w is not None and not w._native.closed:
-                if not _in_backward():  # a recomputed forward opens no batch
-                    w._begin_call()
-                w._native.enter(0, args)
-    else:
-        def pre(module, args):
-            w = me()
-            if w is not None and not w._native.closed:
-                w._native.enter(index, args)
-    return pre
-
-
-def _register_post_hook(module, hook):
-    # Run even when the forward raises: gradient checkpointing stops a recomputed forward early by
-    # raising inside it, and the module must still be left (else the ops after it would be taken
-    # for its own).
-    try:
-        return module.register_forward_hook(hook, always_call=True)
-    except TypeError:  # a torch without always_call
-        return module.register_forward_hook(hook)
-
-
-def _post_hook(me, index):
-    def post(module, args, output):
-        w = me()
-        if w is None or w._native.closed:
-            return
-        if output is None and sys.exc_info()[0] is not None:
-            # The forward raised (this hook runs inside torch's handler): the module is left, and
-            # what was found stays pending for the next safe point (torch would only warn of an
-            # error raised here, and the original exception goes on).
-            w._native.leave(index, None)
-            return
-        if w._native.leave(index, output) and not w._holding(in_forward=True):
-            w._call(w._native.check)
-        if index == 0 and not _in_backward():
-            w._end_call(output)
-    return post
+class _ReplayWatch(Watch):
+    _is_replay = True
+    _step_phase = "eager replay"
 
 
 class DebugUnderflowOverflow(Watch):

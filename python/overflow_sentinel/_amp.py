@@ -122,8 +122,8 @@ def _wrap_step(original):
             except Exception:  # noqa: BLE001 - a scaler this does not know: the error stands
                 skipped = False
             if not skipped:
-                for watch, _ in held:
-                    watch._amp_resolved()
+                for watch, error in held:
+                    watch._amp_resolved(error)
                 raise held[0][1]
             for watch, error in held:
                 watch._amp_skipped(error, scale)

@@ -16,7 +16,8 @@ options.
 
 import sys
 
-from . import DebugUnderflowOverflow, _in_backward
+from . import DebugUnderflowOverflow
+from ._hooks import in_backward
 
 __all__ = ["watch_steps"]
 
@@ -47,7 +48,7 @@ class _StepBatches:
 
     def begin(self, module, args):
         w = self._watch
-        if self._open is None and not w._native.closed and not _in_backward():
+        if self._open is None and not w._native.closed and not in_backward():
             self._open = w.batch()
             self._open.__enter__()
 

@@ -14,6 +14,7 @@
 
 #include <ATen/core/function_schema.h>
 #include <ATen/core/operator_name.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 #include <cstring>
 #include <exception>
@@ -234,13 +235,24 @@ void for_each_backward_session(ThreadState& ts, F&& f) {
   if (last) f(last);
 }
 
-// A Python (or C++) autograd Function's apply: one event named after the class (no namespace, no
-// schema) that carries autograd's sequence number, around the function's own ops. It is passed
-// through so that those ops are watched as any other: gradient checkpointing's CheckpointFunction
-// runs a whole block in one. (Every ATen op's name has a namespace; a fused TorchScript group's
-// too.)
-bool autograd_function_apply(const at::RecordFunction& fn) {
-  return fn.seqNr() >= 0 && std::strstr(fn.name(), "::") == nullptr && !fn.operator_name();
+// An event that is not an op (no schema, no namespace in its name) but a marker around ops: a
+// Python (or C++) autograd Function's apply, named after its class and carrying autograd's
+// sequence number (gradient checkpointing's CheckpointFunction runs a whole block in one), or
+// torch.compile's markers around a compiled call, inside which the extern kernels of the graph
+// run as ATen ops. It is passed through, so that the ops inside are watched as any other. (Every
+// ATen op's name has a namespace; a fused TorchScript group, "fused_gelu_mul", is an op of its
+// own.)
+bool marker_around_ops(const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  if (std::strstr(name, "::") != nullptr || fn.operator_name()) return false;
+  if (fn.seqNr() >= 0) return true;
+  static constexpr const char* kCompiledCallMarkers[] = {"Torch-Compiled Region", "TorchDynamo Cache Lookup",
+                                                         "Pregraph bytecode", "AOTDispatcher", "CompiledFunction",
+                                                         "## Call CompiledFxGraph"};
+  for (const char* marker : kCompiledCallMarkers) {
+    if (std::strncmp(name, marker, std::strlen(marker)) == 0) return true;
+  }
+  return false;
 }
 
 // Hands the first `count` frames of `slots` to their sessions' `end(session, frame)`, releasing
@@ -266,16 +278,28 @@ std::shared_ptr<SessionAnchor> bound_torchscript_session(ThreadState& ts) {
   return nullptr;
 }
 
+// Ops the compiler runs while it traces a model (torch.compile's fake tensors, its proxy and
+// functional tracing) compute nothing: they make no frame, and the ops they run are nested in
+// them. A user's own dispatch mode (a FLOP counter) runs real ops: those are watched.
+bool compiler_tracing() {
+  using c10::impl::TorchDispatchModeKey;
+  using c10::impl::TorchDispatchModeTLS;
+  if (!TorchDispatchModeTLS::any_modes_set(/*skip_infra_modes=*/false)) return false;  // the usual case, cheaply
+  return TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::FAKE).has_value() ||
+         TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::PROXY).has_value() ||
+         TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::FUNCTIONAL).has_value();
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
     case at::RecordScope::FUNCTION:
-      if (autograd_function_apply(fn)) break;
+      if (marker_around_ops(fn)) break;
       // Nested ops (the mm inside a linear, the empty inside a dropout) are ignored. Inside a
       // backward, only a forward recomputed there (gradient checkpointing) makes op frames: ops
       // the innermost node runs itself (the engine's evaluate_function event is one level up).
       if (ts.op_depth++ == 0 && ts.backward_depth == 0) {
-        if (ts.any_active()) {
+        if (ts.any_active() && !compiler_tracing()) {
           const OpCall call(fn, /*at_end=*/false);
           ts.open_frame_count = 0;
           ts.open_frame_depth = 1;
@@ -296,6 +320,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       node.count = 0;
       node.op_depth = ts.op_depth;
       node.scopes = ts.scopes.size();
+      if (compiler_tracing()) break;  // AOTAutograd tracing the backward: a node with no frame
       const OpCall call(fn, /*at_end=*/false);
       for_each_backward_session(ts, [&](const std::shared_ptr<SessionAnchor>& a) { open_backward_node(ts, a, call); });
       break;
@@ -336,7 +361,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
   ThreadState& ts = thread_state();
   switch (fn.scope()) {
     case at::RecordScope::FUNCTION: {
-      if (autograd_function_apply(fn)) break;
+      if (marker_around_ops(fn)) break;
       // The depth is given back after the hooks: an op a hook runs itself is a nested op, which
       // no hook sees, so the hooks need no RecordFunction guard (whose every use copies
       // LibTorch's thread-local callback lists).

@@ -108,6 +108,14 @@ void Watchdog::set_phase(std::string phase) {
   impl_->next_phase = std::move(phase);
 }
 
+void Watchdog::set_inside_compiled_code(bool inside) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->inside_compiled_code = inside;
+  // Parameters too: compiled code may update its mutated inputs in place.
+  impl_->readers.cpu.cache().clear();
+  impl_->readers.device.reads().clear();
+}
+
 int64_t Watchdog::batch_number() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->batches.next();
@@ -153,7 +161,19 @@ void Watchdog::module_boundary(const torch::nn::Module& module, bool returning,
                                const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   std::unique_lock<std::mutex> lock(impl_->mutex);
   if (!impl_->index || tensors.empty()) return;
-  if (const auto place = impl_->index->module_place(&module)) impl_->record_boundary(*place, returning, tensors, lock);
+  using Kind = Impl::BoundaryFrame;
+  if (const auto place = impl_->index->module_place(&module)) {
+    impl_->record_boundary(*place, returning ? Kind::Returned : Kind::Handed, tensors, lock);
+  }
+}
+
+void Watchdog::compiled_call_returned(const torch::nn::Module& module,
+                                      const std::vector<std::pair<std::string, at::Tensor>>& outputs) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (!impl_->index || outputs.empty()) return;
+  if (const auto place = impl_->index->module_place(&module)) {
+    impl_->record_boundary(*place, Impl::BoundaryFrame::Compiled, outputs, lock);
+  }
 }
 
 void Watchdog::name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {

@@ -356,36 +356,38 @@ void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at:
   }
   if (worth.empty()) return;
   c10::InferenceMode no_autograd;
-  FrameRecord f = boundary_frame(module_place, /*returning=*/true);
+  FrameRecord f = boundary_frame(module_place, BoundaryFrame::Returned);
   for (size_t i : worth) {
     f.add(read_entry(f, outputs[i], Role::Output, outputs.size() == 1 ? -1 : static_cast<int>(i), -1, false));
   }
   finish_frame(f, lock);
 }
 
-FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, bool returning) {
+FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, BoundaryFrame kind) {
+  static constexpr const char* kOps[] = {"call", "return", "compiled call"};
   FrameRecord f;
   f.reset();
   f.batch_number = batches.current();
-  f.op = f.op_key = strings.intern(returning ? "return" : "call");
+  f.op = f.op_key = strings.intern(kOps[static_cast<int>(kind)]);
   f.direction = static_cast<uint8_t>(Direction::Forward);
   f.place = f.module_place = module_place;
   f.attribution = static_cast<uint8_t>(Attribution::UserScope);
   f.in_model = true;
-  f.is_return = returning;
+  f.is_return = kind == BoundaryFrame::Returned;
   return f;
 }
 
-void Watchdog::Impl::record_boundary(uint32_t module_place, bool returning,
+void Watchdog::Impl::record_boundary(uint32_t module_place, BoundaryFrame kind,
                                      const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                                      std::unique_lock<std::mutex>& lock) {
   if (delivery.stopped() || !batches.open()) return;
   c10::InferenceMode no_autograd;
-  const Role role = returning ? Role::Output : Role::Input;
+  const bool handed = kind == BoundaryFrame::Handed;
+  const Role role = handed ? Role::Input : Role::Output;
   // A cache of many layers fills several frames, in order.
-  const size_t per_frame = returning ? FrameRecord::kMaxEntries : FrameRecord::kMaxInputEntries;
+  const size_t per_frame = handed ? FrameRecord::kMaxInputEntries : FrameRecord::kMaxEntries;
   for (size_t start = 0; start < tensors.size(); start += per_frame) {
-    FrameRecord f = boundary_frame(module_place, returning);
+    FrameRecord f = boundary_frame(module_place, kind);
     const size_t end = std::min(tensors.size(), start + per_frame);
     for (size_t i = start; i < end; ++i) {
       EntryRecord e = read_entry(f, tensors[i].second, role, -1, -1, opts.headroom());

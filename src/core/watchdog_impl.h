@@ -105,11 +105,14 @@ struct Watchdog::Impl final : capture::Session {
   // tolerated inside the module, is judged by the place rule.
   void check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs,
                       std::unique_lock<std::mutex>& lock);
-  // Watchdog::module_boundary (lock held).
-  void record_boundary(uint32_t module_place, bool returning,
+  // What a boundary frame holds: what a module was handed ("call"), what it returned ("return"),
+  // or what its compiled call made ("compiled call": judged as the module's own op's results).
+  enum class BoundaryFrame : uint8_t { Handed, Returned, Compiled };
+  // Watchdog::module_boundary, Watchdog::compiled_call_returned (lock held).
+  void record_boundary(uint32_t module_place, BoundaryFrame kind,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors, std::unique_lock<std::mutex>& lock);
   // A frame for what module `module_place` was handed or returned, not an op's.
-  frames::FrameRecord boundary_frame(uint32_t module_place, bool returning);
+  frames::FrameRecord boundary_frame(uint32_t module_place, BoundaryFrame kind);
   // allow_nonfinite patterns that no module path matches are said, once, once the model is indexed.
   void warn_of_unmatched_allowances();
 
@@ -154,6 +157,7 @@ struct Watchdog::Impl final : capture::Session {
   bool core_left_idle = false;
   // Watchdog::set_phase: said in the reports of the open batch (phase) and of those to come.
   std::string phase, next_phase;
+  bool inside_compiled_code = false;  // set_inside_compiled_code: reads are not reused
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of

@@ -166,6 +166,24 @@ bool PythonWatch::leave(size_t module, py::handle output) {
   return text_.waiting();
 }
 
+void PythonWatch::read_compiled_input(size_t module, py::handle arguments) {
+  if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
+  NamedTensors found;
+  named_tensors(arguments, "input", found);
+  if (found.empty()) return;
+  Watchdog& w = live();
+  without_gil([&] { w.module_boundary(*mirrors_[module], /*returning=*/false, found); });
+}
+
+void PythonWatch::read_compiled_output(size_t module, py::handle output) {
+  if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
+  NamedTensors found;
+  named_tensors(output, "output", found);
+  if (found.empty()) return;
+  Watchdog& w = live();
+  without_gil([&] { w.compiled_call_returned(*mirrors_[module], found); });
+}
+
 std::string PythonWatch::tolerated_json() const {
   Report holder;
   {
@@ -247,6 +265,11 @@ void PythonWatch::name_tensors(const std::vector<std::pair<std::string, at::Tens
 void PythonWatch::set_phase(const std::string& phase) {
   Watchdog& w = live();
   without_gil([&] { w.set_phase(phase); });
+}
+
+void PythonWatch::set_inside_compiled_code(bool inside) {
+  Watchdog& w = live();
+  without_gil([&] { w.set_inside_compiled_code(inside); });
 }
 
 void PythonWatch::set_batch_number(int64_t next) {

@@ -48,6 +48,12 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   // rule (Watchdog::returned) while a value is tolerated.
   void enter(size_t module, pybind11::handle arguments);
   bool leave(size_t module, pybind11::handle output);
+  // A compiled call of module i, whose kernels run no op that would read what crosses it: every
+  // tensor in its arguments (positional or keyword), read as a "call" frame ("input[0]",
+  // "input['mask']"), after enter(); and in its result (Watchdog::compiled_call_returned),
+  // before leave().
+  void read_compiled_input(size_t module, pybind11::handle arguments);
+  void read_compiled_output(size_t module, pybind11::handle output);
   // The values the place rule tolerated so far: a JSON report whose `tolerated` holds them.
   std::string tolerated_json() const;
   // What these detect is thrown as the library's errors, which the module's one exception
@@ -60,6 +66,7 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   void check_gradients();
   void meet_after_backward();
   void set_phase(const std::string& phase);
+  void set_inside_compiled_code(bool inside);
   std::string take_text() { return text_.take(); }
   // Ends an open batch, destroys the watchdog (its last FP8 step and device reads are
   // delivered) and returns what it printed meanwhile. Idempotent.

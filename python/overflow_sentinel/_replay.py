@@ -1,0 +1,145 @@
+"""The eager replay of a compiled model's failing batch (_compiled.py): the calls of the batch run
+again through the uncompiled module, under an op-level watchdog, from the state each call began
+in; the first inf/nan it finds names the op. When the replay stays finite it says so, and why the
+compiled code may have computed otherwise."""
+
+import contextlib
+import os
+import sys
+
+import torch
+
+from ._hooks import first_tensor_with_grad
+from ._report import Record
+
+# The user's options a replay keeps: what decides where a value is an error and what a report shows.
+_KEPT_OPTIONS = ("max_frames_to_save", "skip_view_ops", "strict", "allow_nonfinite", "watch_cuda")
+
+
+class Replay(Record):
+    """What the eager replay of a compiled batch found: batch_number, reproduced (whether an
+    inf/nan came back eagerly), report (the replay's Report, or None), notes (why it may differ)."""
+
+
+def replay_options(options):
+    kept = {k: v for k, v in options.items() if k in _KEPT_OPTIONS}
+    # One process, reading back at every op (a replay runs once; it stops at the op itself).
+    kept.update(action="callback", device_sync_each_op=True, ranks={"rank": 0, "world_size": 1})
+    return kept
+
+
+def replay_batch(w, model, path, calls, report):
+    from . import _ReplayWatch
+
+    batch = report.batch_number
+    backward = report.trigger is not None and getattr(report.trigger, "direction", "") == "backward"
+    region = f" of {path}" if path else ""
+    _say(f"overflow_sentinel: replaying batch {batch}{region} eagerly through the uncompiled module, op by op "
+         f"({len(calls)} compiled call{'s' if len(calls) != 1 else ''}{', with its backward' if backward else ''})")
+    found = []
+    notes = []
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    w._replaying = True
+    try:
+        for call in calls:
+            for changed in call.changed_inputs():
+                notes.append(f"{changed} was changed in place after the call: the replay starts from its new value")
+            rw = _ReplayWatch(model, callback=found.append, **replay_options(w._options))
+            try:
+                rw.batch_number = batch
+                with _restored(call), rw.batch():
+                    output = model(*call.args, **call.kwargs)
+                    if backward and call.grad is not None and not found:
+                        _replay_backward(model, first_tensor_with_grad(output), call.grad)
+            finally:
+                rw.close()
+            if found:
+                break
+        if backward and not found and all(c.grad is None for c in calls):
+            notes.append("no gradient reached the compiled call's output: its backward was not replayed")
+    except Exception as error:  # noqa: BLE001 - the replay explains; it never hides the detection
+        notes.append(f"the replay stopped: {type(error).__name__}: {error}")
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers and b.shape == buffers[name].shape:
+                    b.copy_(buffers[name])  # the replay leaves the model as it was
+        w._replaying = False
+    replayed = found[0] if found else None
+    if replayed is not None:
+        sys.stdout.write(replayed.text or "")
+    else:
+        notes[:0] = _why_not_reproduced(model)
+        _say(f"overflow_sentinel: the replay of batch {batch} stayed finite: the value was not reproduced eagerly")
+    if path:
+        notes.append(f"the replay watched {path} alone: its module paths are inside {path}")
+    for note in notes:
+        _say(f"overflow_sentinel: {note}")
+    result = Replay({"batch_number": batch, "region": path, "reproduced": replayed is not None, "notes": notes})
+    result.report = replayed
+    _write(w, batch, path, replayed, notes)
+    return result
+
+
+def _replay_backward(model, output, grad):
+    if output is None or output.shape != grad.shape:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    if params:
+        torch.autograd.grad(output, params, grad_outputs=grad, allow_unused=True)
+
+
+@contextlib.contextmanager
+def _restored(call):
+    """The random-number generators, grad mode, autocast and TF32 as the call found them; all as
+    they were afterwards."""
+    devices = list(range(len(call.cuda_rng))) if call.cuda_rng is not None else []
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.random.fork_rng(devices=devices))
+        torch.set_rng_state(call.cpu_rng)
+        if call.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(call.cuda_rng)
+        stack.enter_context(torch.set_grad_enabled(call.grad_enabled))
+        for device, (enabled, dtype) in call.autocast.items():
+            if enabled:
+                stack.enter_context(torch.autocast(device, dtype=dtype))
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = call.tf32
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _why_not_reproduced(model):
+    why = ["compiled code computes otherwise than eager: fused ops keep intermediates in float32 and round "
+           "once, and sums may be reassociated"]
+    inductor_config = sys.modules.get("torch._inductor.config")
+    random_ops = [name for name, m in model.named_modules()
+                  if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 and m.training]
+    if random_ops and inductor_config is not None and not inductor_config.fallback_random:
+        why.append(f"the compiled code draws its own random numbers ({random_ops[0] or 'the model'} is a dropout): "
+                   "the replay's differ; torch._inductor.config.fallback_random = True makes them the same")
+    return why
+
+
+def _write(w, batch, path, replayed, notes):
+    directory = w._options.get("report_dir")
+    if not directory:
+        return
+    stem = os.path.join(str(directory), f"sentinel_batch{batch}_replay" + (f"_{path}" if path else ""))
+    try:
+        with open(stem + ".txt", "w") as f:
+            if replayed is not None:
+                f.write(replayed.text)
+            else:
+                f.write(f"The eager replay of batch {batch} stayed finite: the value was not reproduced eagerly.\n")
+            for note in notes:
+                f.write(f"{note}\n")
+    except OSError as error:
+        _say(f"overflow_sentinel: the replay's report could not be written to {stem}.txt: {error}")
+
+
+def _say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,225 @@
+"""torch.compile'd models (Inductor on the CPU): watched at the compiled call's boundary, the
+failing batch replayed eagerly to name the op, said plainly when the replay does not reproduce it;
+watching changes neither the graphs dynamo makes nor the results."""
+
+import pytest
+import torch
+from torch import nn
+
+from overflow_sentinel import NonFiniteError, Watch
+
+from models import line_of, plant_overflow, tiny_t5
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _stop_at_batch_3(model, w):
+    for _ in range(3):
+        model(torch.ones(2, 8))
+    plant_overflow(w._model_ref())
+    with pytest.raises(NonFiniteError) as caught:
+        model(torch.ones(2, 8))
+    return caught.value
+
+
+def test_a_compiled_t5_stops_at_batch_3_and_its_eager_replay_names_the_mul(capsys, tmp_path):
+    compiled = torch.compile(tiny_t5())
+    w = Watch(compiled, report_dir=str(tmp_path))
+    error = _stop_at_batch_3(compiled, w)
+    out = capsys.readouterr().out
+    assert out.count("the model is compiled (torch.compile)") == 1
+    report = error.report
+    assert report.batch_number == 3
+    # Compiled, the first op seen to read the inf is the extern GEMM of wo (Inductor's kernels
+    # run no op): it is named by the parameter it reads.
+    assert report.trigger.module_path == "block.1.layer.0.DenseReluDense.wo"
+    assert report.trigger.op in ("aten::mm", "aten::addmm")
+    # The replay, through the uncompiled module: the op, its module and where it left.
+    replay = error.replay
+    assert replay.reproduced and report.replay is replay
+    assert replay.report.batch_number == 3 and replay.report.phase == "eager replay"
+    assert "aten::mul in block.1.layer.0.DenseReluDense" in replay.report.origin
+    assert f"models.py:{line_of('LEAVES_LINE')}:" in replay.report.python_stack[0]
+    assert "replaying batch 3 eagerly" in out and "aten::mul in block.1.layer.0.DenseReluDense" in out
+    assert "(eager replay)" in (tmp_path / "sentinel_batch3_replay.txt").read_text()
+    assert (tmp_path / "sentinel_batch3.txt").exists()
+    w.close()
+
+
+def test_module_compile_is_watched_and_a_model_compiled_after_watching_is_noticed(capsys):
+    model = tiny_t5()
+    model.compile()
+    w = Watch(model)
+    error = _stop_at_batch_3(model, w)
+    assert error.report.batch_number == 3 and error.replay.reproduced
+    w.close()
+    assert model._compiled_call_impl is not None and not hasattr(model._compiled_call_impl, "sentinel_compiled")
+
+    torch._dynamo.reset()
+    later = tiny_t5()
+    w = Watch(later)
+    compiled = torch.compile(later)
+    compiled(torch.ones(2, 8))  # compiled now: this call is not watched, nor counted
+    assert "compiled after it was watched" in capsys.readouterr().out
+    error = _stop_at_batch_3(compiled, w)
+    assert error.report.batch_number == 3 and error.replay.reproduced
+    w.close()
+
+
+def _counted_compile(model, watched, **compile_options):
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(model, **compile_options)
+    w = Watch(compiled) if watched else None
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    out = compiled(x)
+    out.square().sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in model.parameters():
+        p.grad = None
+    if w is not None:
+        w.close()
+    counters = torch._dynamo.utils.counters
+    return (dict(counters["graph_break"]), counters["stats"]["unique_graphs"]), out.detach(), grads
+
+
+class WithBreak(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(8, 8)
+        self.second = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.tanh(self.first(x))
+        torch._dynamo.graph_break()
+        return self.second(x) * 2
+
+
+@pytest.mark.parametrize("make, compile_options", [(WithBreak, {}), (lambda: tiny_t5(), {"fullgraph": True})])
+def test_watching_makes_the_same_graphs_and_the_same_results_bit_for_bit(make, compile_options):
+    torch.manual_seed(0)
+    model = make()
+    unwatched = _counted_compile(model, False, **compile_options)
+    watched = _counted_compile(model, True, **compile_options)
+    assert watched[0] == unwatched[0]
+    assert torch.equal(watched[1], unwatched[1])
+    assert all(torch.equal(a, b) for a, b in zip(watched[2], unwatched[2]))
+    if make is WithBreak:
+        assert sum(unwatched[0][0].values()) >= 1 and unwatched[0][1] == 2
+
+
+class SqrtOfZero(nn.Module):
+    """sqrt of a linear layer's zeros: finite forward, the gradient into the layer inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.lin.weight.zero_()
+            self.lin.bias.zero_()
+
+    def forward(self, x):
+        return torch.sqrt(self.lin(x))
+
+
+def test_a_backward_inf_under_compile_is_replayed_with_its_backward():
+    model = SqrtOfZero()
+    compiled = torch.compile(model)
+    w = Watch(compiled)
+    with pytest.raises(NonFiniteError) as caught:
+        with w.batch():
+            compiled(torch.ones(2, 4)).sum().backward()
+    report = caught.value.report
+    assert report.trigger.direction == "backward"
+    replay = caught.value.replay
+    assert replay.reproduced, replay.notes
+    assert replay.report.trigger.direction == "backward"
+    assert "SqrtBackward0" in replay.report.origin
+    w.close()
+
+
+class AddTwice(nn.Module):
+    def forward(self, x):
+        return (x + 15) + 15
+
+
+def test_an_overflow_only_the_compiled_code_makes_is_said_not_reproduced(capsys):
+    # fp16: eager rounds 65504 + 15 back to 65504 at each add; Inductor adds in float32 and the
+    # final cast of 65534 gives inf.
+    compiled = torch.compile(AddTwice())
+    x = torch.full((8,), 65504.0, dtype=torch.float16)
+    assert torch.isfinite(AddTwice()(x)).all()
+    w = Watch(compiled)
+    with pytest.raises(NonFiniteError) as caught:
+        compiled(x)
+    replay = caught.value.replay
+    assert not replay.reproduced and replay.report is None
+    assert any("float32" in note for note in replay.notes)
+    assert "stayed finite: the value was not reproduced eagerly" in capsys.readouterr().out
+    w.close()
+
+
+@torch._inductor.config.patch(fallback_random=True)
+def test_dropout_replays_the_same_random_numbers_with_fallback_random():
+    class Drop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, x):
+            return self.drop(x) * 2
+
+    compiled = torch.compile(Drop().train())
+    x = torch.full((64,), 1e38)
+    w = Watch(compiled)
+    with pytest.raises(NonFiniteError) as caught:
+        compiled(x)
+    replay = caught.value.replay
+    assert replay.reproduced and "aten::" in replay.report.origin
+    w.close()
+
+
+def test_the_replay_can_be_turned_off_and_leaves_the_model_as_it_was(capsys):
+    model = tiny_t5()
+    compiled = torch.compile(model)
+    w = Watch(compiled, replay_compiled=False)
+    error = _stop_at_batch_3(compiled, w)
+    assert getattr(error, "replay", None) is None
+    assert "replaying" not in capsys.readouterr().out
+    w.close()
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in compiled.modules())
+
+
+def test_a_compiled_block_inside_an_eager_model_is_a_region_of_its_own(capsys):
+    model = tiny_t5()
+    model.block[1] = torch.compile(model.block[1])
+    w = Watch(model)
+    for _ in range(3):
+        model(torch.ones(2, 8))
+    plant_overflow(model)
+    with pytest.raises(NonFiniteError) as caught:
+        model(torch.ones(2, 8))
+    assert caught.value.report.batch_number == 3
+    assert caught.value.report.trigger.module_path.startswith("block.1")
+    out = capsys.readouterr().out
+    assert out.count("block.1 is compiled (torch.compile)") == 1
+    replay = caught.value.replay
+    assert replay.region == "block.1" and replay.reproduced
+    assert "aten::mul in layer.0.DenseReluDense" in replay.report.origin
+    w.close()
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("options", [{"mode": "reduce-overhead"}, {"backend": "cudagraphs"}])
+def test_cuda_graphs_are_named_with_what_is_read_there(capsys, options):
+    compiled = torch.compile(tiny_t5(), **options)
+    w = Watch(compiled)
+    compiled(torch.ones(2, 8))
+    out = capsys.readouterr().out
+    assert "runs as CUDA graphs" in out and "max-autotune-no-cudagraphs" in out
+    w.close()

@@ -38,6 +38,7 @@ def replay_batch(w, model, path, calls, report):
          f"({len(calls)} compiled call{'s' if len(calls) != 1 else ''}{', with its backward' if backward else ''})")
     found = []
     notes = []
+    inside = []  # where inside the compiled graph, when the replay stays finite
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     w._replaying = True
     try:
@@ -57,8 +58,12 @@ def replay_batch(w, model, path, calls, report):
                 break
         if backward and not found and all(c.grad is None for c in calls):
             notes.append("no gradient reached the compiled call's output: its backward was not replayed")
+        if not found and not backward:
+            from ._graph_probe import first_nonfinite_in_graph
+            inside = first_nonfinite_in_graph(model, calls[-1], _restored)
     except Exception as error:  # noqa: BLE001 - the replay explains; it never hides the detection
         notes.append(f"the replay stopped: {type(error).__name__}: {error}")
+        inside = []
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
@@ -69,7 +74,7 @@ def replay_batch(w, model, path, calls, report):
     if replayed is not None:
         sys.stdout.write(replayed.text or "")
     else:
-        notes[:0] = _why_not_reproduced(model)
+        notes[:0] = _why_not_reproduced(model) + inside
         _say(f"overflow_sentinel: the replay of batch {batch} stayed finite: the value was not reproduced eagerly")
     if path:
         notes.append(f"the replay watched {path} alone: its module paths are inside {path}")

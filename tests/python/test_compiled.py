@@ -148,6 +148,12 @@ class AddTwice(nn.Module):
         return (x + 15) + 15
 
 
+def _line_of_add_twice():
+    import inspect
+    lines, first = inspect.getsourcelines(AddTwice.forward)
+    return first + next(i for i, line in enumerate(lines) if "return" in line)
+
+
 def test_an_overflow_only_the_compiled_code_makes_is_said_not_reproduced(capsys):
     # fp16: eager rounds 65504 + 15 back to 65504 at each add; Inductor adds in float32 and the
     # final cast of 65534 gives inf.
@@ -160,27 +166,71 @@ def test_an_overflow_only_the_compiled_code_makes_is_said_not_reproduced(capsys)
     replay = caught.value.replay
     assert not replay.reproduced and replay.report is None
     assert any("float32" in note for note in replay.notes)
+    # Inside the graph: its result, the second add, on the line that wrote it.
+    inside = [n for n in replay.notes if n.startswith("inside the compiled graph")]
+    assert inside and "add_1 (aten.add.Tensor)" in inside[0], replay.notes
+    assert f"test_compiled.py:{_line_of_add_twice()}: return (x + 15) + 15" in inside[0]
     assert "stayed finite: the value was not reproduced eagerly" in capsys.readouterr().out
+    w.close()
+
+
+class Drop(nn.Module):
+    """Dropout of one element 1e38: kept, it is 2e38, and doubled inf; dropped, 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x) * 2
+
+
+def _seed_where_only_the_compiled_code_keeps_it(model, compiled, x):
+    for seed in range(64):
+        torch.manual_seed(seed)
+        compiled_finite = bool(torch.isfinite(compiled(x)).all())
+        torch.manual_seed(seed)
+        eager_finite = bool(torch.isfinite(model(x)).all())
+        if eager_finite and not compiled_finite:
+            return seed
+    raise AssertionError("no seed among 64 where Inductor's dropout keeps the element and eager's drops it")
+
+
+def test_dropout_with_inductors_own_random_numbers_is_said_to_differ(capsys):
+    model = Drop().train()
+    compiled = torch.compile(model)
+    x = torch.full((1,), 1e38)
+    seed = _seed_where_only_the_compiled_code_keeps_it(model, compiled, x)
+    w = Watch(compiled)
+    torch.manual_seed(seed)
+    with pytest.raises(NonFiniteError) as caught:
+        compiled(x)
+    replay = caught.value.replay
+    assert not replay.reproduced
+    assert any("draws its own random numbers" in n and "fallback_random = True" in n for n in replay.notes)
+    assert "draws its own random numbers (drop is a dropout)" in capsys.readouterr().out
     w.close()
 
 
 @torch._inductor.config.patch(fallback_random=True)
 def test_dropout_replays_the_same_random_numbers_with_fallback_random():
-    class Drop(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.drop = nn.Dropout(0.5)
+    model = Drop().train()
+    compiled = torch.compile(model)
+    x = torch.full((1,), 1e38)
 
-        def forward(self, x):
-            return self.drop(x) * 2
+    def kept_under(seed):
+        torch.manual_seed(seed)
+        return not bool(torch.isfinite(compiled(x)).all())
 
-    compiled = torch.compile(Drop().train())
-    x = torch.full((64,), 1e38)
+    seed = next((s for s in range(16) if kept_under(s)), None)
+    assert seed is not None, "the element is kept under no seed of 16"
     w = Watch(compiled)
+    torch.manual_seed(seed)
     with pytest.raises(NonFiniteError) as caught:
         compiled(x)
     replay = caught.value.replay
-    assert replay.reproduced and "aten::" in replay.report.origin
+    assert replay.reproduced and "aten::mul in the model's root" in replay.report.origin, replay.report.origin
+    assert not any("random numbers" in n for n in replay.notes)
     w.close()
 
 

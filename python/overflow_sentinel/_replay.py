@@ -17,8 +17,10 @@ _KEPT_OPTIONS = ("max_frames_to_save", "skip_view_ops", "strict", "allow_nonfini
 
 
 class Replay(Record):
-    """What the eager replay of a compiled batch found: batch_number, reproduced (whether an
-    inf/nan came back eagerly), report (the replay's Report, or None), notes (why it may differ)."""
+    """What the eager replay of a compiled batch found: batch_number, region (the compiled
+    module's path, '' for the model), reproduced (whether an inf/nan came back eagerly), report
+    (the replay's Report, or None), origin_line (the Python line of the op that made it, when
+    known), notes (why it may differ)."""
 
 
 def replay_options(options):
@@ -29,61 +31,99 @@ def replay_options(options):
 
 
 def replay_batch(w, model, path, calls, report):
-    from . import _ReplayWatch
-
     batch = report.batch_number
     backward = report.trigger is not None and getattr(report.trigger, "direction", "") == "backward"
     region = f" of {path}" if path else ""
     _say(f"overflow_sentinel: replaying batch {batch}{region} eagerly through the uncompiled module, op by op "
          f"({len(calls)} compiled call{'s' if len(calls) != 1 else ''}{', with its backward' if backward else ''})")
-    found = []
+    replayed = None
+    origin_line = None
     notes = []
     inside = []  # where inside the compiled graph, when the replay stays finite
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    options = replay_options(w._options)
     w._replaying = True
     try:
         for call in calls:
             for changed in call.changed_inputs():
                 notes.append(f"{changed} was changed in place after the call: the replay starts from its new value")
-            rw = _ReplayWatch(model, callback=found.append, **replay_options(w._options))
-            try:
-                rw.batch_number = batch
-                with _restored(call), rw.batch():
-                    output = model(*call.args, **call.kwargs)
-                    if backward and call.grad is not None and not found:
-                        _replay_backward(model, first_tensor_with_grad(output), call.grad)
-            finally:
-                rw.close()
-            if found:
+            replayed = _replay_call(model, call, batch, options, backward, buffers)
+            if replayed is not None:
+                origin_line = None if backward else _origin_line(model, call, batch, options, replayed, buffers)
                 break
-        if backward and not found and all(c.grad is None for c in calls):
+        if backward and replayed is None and all(c.grad is None for c in calls):
             notes.append("no gradient reached the compiled call's output: its backward was not replayed")
-        if not found and not backward:
+        if replayed is None and not backward:
             from ._graph_probe import first_nonfinite_in_graph
             inside = first_nonfinite_in_graph(model, calls[-1], _restored)
     except Exception as error:  # noqa: BLE001 - the replay explains; it never hides the detection
         notes.append(f"the replay stopped: {type(error).__name__}: {error}")
         inside = []
     finally:
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in buffers and b.shape == buffers[name].shape:
-                    b.copy_(buffers[name])  # the replay leaves the model as it was
+        _put_back(model, buffers)
         w._replaying = False
-    replayed = found[0] if found else None
+    said = []  # after the replay's report, if any
     if replayed is not None:
         sys.stdout.write(replayed.text or "")
+        if origin_line:
+            made = replayed.origin_frame
+            said.append(f"{made.op} in {made.module_path or 'the model'} made it at {origin_line}")
     else:
         notes[:0] = _why_not_reproduced(model) + inside
-        _say(f"overflow_sentinel: the replay of batch {batch} stayed finite: the value was not reproduced eagerly")
+        said.append(f"the replay of batch {batch} stayed finite: the value was not reproduced eagerly")
     if path:
         notes.append(f"the replay watched {path} alone: its module paths are inside {path}")
-    for note in notes:
-        _say(f"overflow_sentinel: {note}")
-    result = Replay({"batch_number": batch, "region": path, "reproduced": replayed is not None, "notes": notes})
+    said += notes
+    for line in said:
+        _say(f"overflow_sentinel: {line}")
+    result = Replay({"batch_number": batch, "region": path, "reproduced": replayed is not None,
+                     "origin_line": origin_line, "notes": notes})
     result.report = replayed
-    _write(w, batch, path, replayed, notes)
+    _write(w, batch, path, replayed, said)
     return result
+
+
+def _replay_call(model, call, batch, options, backward, buffers):
+    """The call run eagerly under an op-level watchdog: the first report, or None."""
+    from . import _ReplayWatch
+
+    found = []
+    rw = _ReplayWatch(model, callback=found.append, **options)
+    try:
+        rw.batch_number = batch
+        with _restored(call), rw.batch():
+            output = model(*call.args, **call.kwargs)
+            if backward and call.grad is not None and not found:
+                _replay_backward(model, first_tensor_with_grad(output), call.grad)
+    finally:
+        rw.close()
+        _put_back(model, buffers)
+    return found[0] if found else None
+
+
+def _origin_line(model, call, batch, options, replayed, buffers):
+    """The Python line of the op that made the value: the report's stack is taken where the value
+    was stopped (where it left its module). Replayed once more with every op's inf/nan an error,
+    the first op stopped is that op itself, unless an op before it makes a value its model means
+    (a -inf mask): then no line is claimed."""
+    made = replayed.origin_frame
+    if made is None:
+        return replayed.python_stack[0] if replayed.produced_here and replayed.python_stack else None
+    strict = _replay_call(model, call, batch, dict(options, strict=True), False, buffers)
+    if strict is None or not strict.python_stack:
+        return None
+    first = strict.trigger
+    if first.op != made.op or first.module_path != made.module_path:
+        return None
+    return strict.python_stack[0]
+
+
+def _put_back(model, buffers):
+    """The buffers a replay changed (a batch norm's running statistics) as they were."""
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name in buffers and b.shape == buffers[name].shape:
+                b.copy_(buffers[name])
 
 
 def _replay_backward(model, output, grad):
@@ -128,19 +168,16 @@ def _why_not_reproduced(model):
     return why
 
 
-def _write(w, batch, path, replayed, notes):
+def _write(w, batch, path, replayed, said):
     directory = w._options.get("report_dir")
     if not directory:
         return
     stem = os.path.join(str(directory), f"sentinel_batch{batch}_replay" + (f"_{path}" if path else ""))
     try:
         with open(stem + ".txt", "w") as f:
-            if replayed is not None:
-                f.write(replayed.text)
-            else:
-                f.write(f"The eager replay of batch {batch} stayed finite: the value was not reproduced eagerly.\n")
-            for note in notes:
-                f.write(f"{note}\n")
+            f.write(replayed.text if replayed is not None else "")
+            for line in said:
+                f.write(f"{line}\n")
     except OSError as error:
         _say(f"overflow_sentinel: the replay's report could not be written to {stem}.txt: {error}")
 

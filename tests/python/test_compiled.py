@@ -44,8 +44,10 @@ def test_a_compiled_t5_stops_at_batch_3_and_its_eager_replay_names_the_mul(capsy
     assert replay.reproduced and report.replay is replay
     assert replay.report.batch_number == 3 and replay.report.phase == "eager replay"
     assert "aten::mul in block.1.layer.0.DenseReluDense" in replay.report.origin
-    assert f"models.py:{line_of('LEAVES_LINE')}:" in replay.report.python_stack[0]
+    assert f"models.py:{line_of('LEAVES_LINE')}:" in replay.report.python_stack[0]  # where it left the module
+    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in replay.origin_line  # the mul's own line
     assert "replaying batch 3 eagerly" in out and "aten::mul in block.1.layer.0.DenseReluDense" in out
+    assert "aten::mul in block.1.layer.0.DenseReluDense made it at" in out
     assert "(eager replay)" in (tmp_path / "sentinel_batch3_replay.txt").read_text()
     assert (tmp_path / "sentinel_batch3.txt").exists()
     w.close()

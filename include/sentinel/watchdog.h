@@ -98,6 +98,10 @@ class Watchdog {
   // true: torch.compile's generated kernels, which reuse buffers in place) or has returned: no
   // read kept from before serves a tensor after it, and none made inside is reused.
   void set_inside_compiled_code(bool inside);
+  // torch.compile is compiling (`running` true until it has finished): the ops it runs itself
+  // on real tensors while it traces (constants it folds, example values) are not the model's and
+  // make no frame. The Python module follows dynamo's compile-start and compile-end callbacks.
+  void set_compiler_running(bool running);
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.

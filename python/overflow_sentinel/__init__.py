@@ -140,7 +140,7 @@ class Watch:
         if self._is_replay:
             self._model_ref = weakref.ref(model)
             return
-        _compiled.notice_later_compiles(self)
+        _compiled.follow_compiles(self)
         Watch._of_model[model] = me
         self._model_ref = weakref.ref(model)
         self._state_names = {}

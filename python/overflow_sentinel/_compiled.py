@@ -220,26 +220,40 @@ def _keep_gradient(call_ref):
     return keep
 
 
-# ---- a model compiled after it was watched ------------------------------------------------------
-# Its hooks then run inside the compiled code, where they return at once: no hook of ours runs
-# eagerly to notice it. Dynamo's compile-start callback does: the watched model found on the stack
-# of the call being compiled (inside an OptimizedModule, or with a compiled _call_impl) gets its
-# boundary for the calls after this one.
+# ---- while dynamo compiles; a model compiled after it was watched ------------------------------
+# Dynamo's compile-start and compile-end callbacks frame the compiler's own work: the ops it runs
+# on real tensors then (constants it folds, example values) are not the model's and make no frame.
+# A model compiled after it was watched runs its hooks inside the compiled code, where they return
+# at once: no hook of ours runs eagerly to notice it. The compile-start callback does: the watched
+# model found on the stack of the call being compiled (inside an OptimizedModule, or with a
+# compiled _call_impl) gets its boundary for the calls after this one.
 
 _watching = weakref.WeakSet()
+_compiles_running = 0
 
 
-def notice_later_compiles(watch):
+def follow_compiles(watch):
     _watching.add(watch)
+    if _compiles_running:
+        watch._native.set_compiler_running(True)
     from torch._dynamo.callback import callback_handler
     # (torch._dynamo.reset() forgets the callbacks: a watchdog made after it registers again.)
     if _on_compile_start not in callback_handler.start_callbacks:
         callback_handler.register_start_callback(_on_compile_start)
+    if _on_compile_end not in callback_handler.end_callbacks:
+        callback_handler.register_end_callback(_on_compile_end)
+
+
+def _live(watches):
+    return [w for w in watches if not w._native.closed]
 
 
 def _on_compile_start(*_):
-    for watch in list(_watching):
-        if any(b.index == 0 for b in watch._boundaries) or watch._native.closed or watch._replaying:
+    global _compiles_running
+    _compiles_running += 1
+    for watch in _live(_watching):
+        watch._native.set_compiler_running(True)
+        if any(b.index == 0 for b in watch._boundaries) or watch._replaying:
             continue
         model = watch._model_ref()
         if model is None:
@@ -251,6 +265,14 @@ def _on_compile_start(*_):
         sys.stdout.write("overflow_sentinel: the watched model was compiled after it was watched: its compiled "
                          "calls are watched at their boundary from the next call on (this one is not)\n")
         sys.stdout.flush()
+
+
+def _on_compile_end(*_):
+    global _compiles_running
+    _compiles_running = max(0, _compiles_running - 1)
+    if _compiles_running == 0:
+        for watch in _live(_watching):
+            watch._native.set_compiler_running(False)
 
 
 def _wrapper_on_stack(model):

@@ -372,7 +372,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
                      [&](Session& s, frames::FrameRecord& f) { s.op_end(call, f, ts); });
         ts.ending_op.inputs.clear();  // the arguments' tensors are not kept alive past their op
       } else if (ThreadState::BackwardNode* node = ts.innermost_node();
-                 node != nullptr && node->count > 0 && ts.op_depth == node->op_depth + 1 && !ts.recomputing_forward()) {
+                 node != nullptr && node->count > 0 && ts.op_depth == node->op_depth + 1 && !ts.recomputing_forward() &&
+                 !compiler_tracing()) {  // (a compiled backward compiles its graph inside its node's first run)
         const OpCall call(fn, /*at_end=*/true);
         for (size_t i = 0; i < node->count; ++i) {
           OpenFrame& slot = node->open[i];

@@ -116,6 +116,11 @@ void Watchdog::set_inside_compiled_code(bool inside) {
   impl_->readers.device.reads().clear();
 }
 
+void Watchdog::set_compiler_running(bool running) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->compiler_running = running;
+}
+
 int64_t Watchdog::batch_number() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->batches.next();

@@ -177,7 +177,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   // Inside a backward, the capture opens op frames only for a forward recomputed there (gradient
   // checkpointing), which may run after its batch ended.
   const bool recomputed = ts.backward_depth > 0;
-  if (delivery.stopped() || (!batches.open() && !recomputed)) return false;
+  if (delivery.stopped() || (!batches.open() && !recomputed) || compiler_running) return false;
   // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
   uint32_t name_id;
   if (auto op = fn.operator_name()) {

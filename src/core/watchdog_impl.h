@@ -158,6 +158,7 @@ struct Watchdog::Impl final : capture::Session {
   // Watchdog::set_phase: said in the reports of the open batch (phase) and of those to come.
   std::string phase, next_phase;
   bool inside_compiled_code = false;  // set_inside_compiled_code: reads are not reused
+  bool compiler_running = false;      // set_compiler_running: ops make no frame
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of

@@ -79,6 +79,7 @@ PYBIND11_MODULE(_native, m) {
       .def("set_batch_number", &PythonWatch::set_batch_number)
       .def("set_phase", &PythonWatch::set_phase)
       .def("set_inside_compiled_code", &PythonWatch::set_inside_compiled_code)
+      .def("set_compiler_running", &PythonWatch::set_compiler_running)
       .def("read_compiled_input", &PythonWatch::read_compiled_input)
       .def("read_compiled_output", &PythonWatch::read_compiled_output)
       .def("name_tensors", &PythonWatch::name_tensors)

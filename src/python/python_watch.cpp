@@ -272,6 +272,11 @@ void PythonWatch::set_inside_compiled_code(bool inside) {
   without_gil([&] { w.set_inside_compiled_code(inside); });
 }
 
+void PythonWatch::set_compiler_running(bool running) {
+  Watchdog& w = live();
+  without_gil([&] { w.set_compiler_running(running); });
+}
+
 void PythonWatch::set_batch_number(int64_t next) {
   Watchdog& w = live();
   without_gil([&] { w.set_batch_number(next); });

@@ -275,3 +275,28 @@ def test_cuda_graphs_are_named_with_what_is_read_there(capsys, options):
     out = capsys.readouterr().out
     assert "runs as CUDA graphs" in out and "max-autotune-no-cudagraphs" in out
     w.close()
+
+
+@torch._inductor.config.patch(fx_graph_cache=False)
+@torch._functorch.config.patch(enable_autograd_cache=False)
+def test_trainer_with_torch_compile_stops_at_the_planted_step_and_replays_it(tmp_path):
+    # Compiled afresh (no cache): the backward's graph is compiled inside its node's first run,
+    # under the watchdog, from fake tensors that must never be read.
+    pytest.importorskip("transformers")
+    import contextlib
+    import io
+
+    import test_trainer as cases
+    from overflow_sentinel.trainer import SentinelCallback
+
+    trainer = cases.transformers.Trainer(model=cases.gpt2(), args=cases.arguments(tmp_path, torch_compile=True),
+                                         train_dataset=cases.samples(12),
+                                         callbacks=[SentinelCallback(), cases.Plant(3)])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), pytest.raises(NonFiniteError) as caught:
+        trainer.train()
+    assert "compiled after it was watched" in printed.getvalue()
+    assert caught.value.report.batch_number == 3
+    replay = caught.value.replay
+    assert replay.reproduced and "transformer.h.1.mlp.c_fc" in replay.report.origin
+    assert (tmp_path / "sentinel_batch3_replay.txt").exists()

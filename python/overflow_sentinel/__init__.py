@@ -347,6 +347,8 @@ class Watch:
         for boundary in getattr(self, "_boundaries", []):
             boundary.remove()
         self._boundaries = []
+        if not self._is_replay:
+            _compiled.unfollow_compiles(self)
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer.detach()

@@ -45,7 +45,9 @@ class _Call:
         self.serial = next(_serial)
         self.args = args
         self.kwargs = kwargs
-        self.versions = [(path, t, t._version) for path, t in _tensors_in(("args", args), ("kwargs", kwargs))]
+        # (Inference tensors keep no version counter: nothing can write them outside inference mode.)
+        self.versions = [(path, t, t._version) for path, t in _tensors_in(("args", args), ("kwargs", kwargs))
+                         if not t.is_inference()]
         self.cpu_rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
         self.grad_enabled = torch.is_grad_enabled()
@@ -93,6 +95,7 @@ class Boundary:
                                                               prepend=True))
         else:
             self._patch_compiled_call(model)
+
     # ---- module.compile(): its _call_impl is compiled with our hooks inside; wrap it eagerly.
 
     def _patch_compiled_call(self, model):
@@ -242,6 +245,18 @@ def follow_compiles(watch):
         callback_handler.register_start_callback(_on_compile_start)
     if _on_compile_end not in callback_handler.end_callbacks:
         callback_handler.register_end_callback(_on_compile_end)
+
+
+def unfollow_compiles(watch):
+    """`watch` is closed: once no watchdog is left, dynamo keeps no callback of ours."""
+    _watching.discard(watch)
+    if _live(_watching) or "torch._dynamo.callback" not in sys.modules:
+        return
+    from torch._dynamo.callback import callback_handler
+    if _on_compile_start in callback_handler.start_callbacks:
+        callback_handler.remove_start_callback(_on_compile_start)
+    if _on_compile_end in callback_handler.end_callbacks:
+        callback_handler.remove_end_callback(_on_compile_end)
 
 
 def _live(watches):

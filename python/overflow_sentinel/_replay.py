@@ -172,6 +172,9 @@ def _write(w, batch, path, replayed, said):
     directory = w._options.get("report_dir")
     if not directory:
         return
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if distributed and torch.distributed.get_world_size() > 1:
+        directory = os.path.join(str(directory), f"rank{torch.distributed.get_rank()}")  # beside the rank's report
     stem = os.path.join(str(directory), f"sentinel_batch{batch}_replay" + (f"_{path}" if path else ""))
     try:
         with open(stem + ".txt", "w") as f:

@@ -111,7 +111,7 @@ struct Watchdog::Impl final : capture::Session {
   // Watchdog::module_boundary, Watchdog::compiled_call_returned (lock held).
   void record_boundary(uint32_t module_place, BoundaryFrame kind,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors, std::unique_lock<std::mutex>& lock);
-  // A frame for what module `module_place` was handed or returned, not an op's.
+  // A frame of module `module_place` that is not an op's.
   frames::FrameRecord boundary_frame(uint32_t module_place, BoundaryFrame kind);
   // allow_nonfinite patterns that no module path matches are said, once, once the model is indexed.
   void warn_of_unmatched_allowances();

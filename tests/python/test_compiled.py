@@ -236,6 +236,19 @@ def test_dropout_replays_the_same_random_numbers_with_fallback_random():
     w.close()
 
 
+def test_inference_mode_calls_are_watched_and_replayed():
+    model = tiny_t5()
+    compiled = torch.compile(model)
+    w = Watch(compiled)
+    with torch.inference_mode():
+        compiled(torch.ones(2, 8))
+        plant_overflow(model)
+        with pytest.raises(NonFiniteError) as caught:
+            compiled(torch.ones(2, 8))
+    assert caught.value.report.batch_number == 1 and caught.value.replay.reproduced
+    w.close()
+
+
 def test_the_replay_can_be_turned_off_and_leaves_the_model_as_it_was(capsys):
     model = tiny_t5()
     compiled = torch.compile(model)
@@ -245,6 +258,15 @@ def test_the_replay_can_be_turned_off_and_leaves_the_model_as_it_was(capsys):
     assert "replaying" not in capsys.readouterr().out
     w.close()
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in compiled.modules())
+    # Dynamo keeps no callback of ours once no watchdog is left (others of this process may live).
+    from torch._dynamo.callback import callback_handler
+
+    from overflow_sentinel import _compiled
+    live = _compiled._live(_compiled._watching)
+    assert w not in live
+    ours = [c for c in callback_handler.start_callbacks + callback_handler.end_callbacks
+            if c.__module__.startswith("overflow_sentinel")]
+    assert len(ours) == (2 if live else 0)
 
 
 def test_a_compiled_block_inside_an_eager_model_is_a_region_of_its_own(capsys):

@@ -10,21 +10,13 @@ quartiles over the rounds are printed, with the memory a watched call keeps for 
 
 import argparse
 import copy
-import statistics
 import time
 
 import torch
 
 import overflow_sentinel
 from make_bench_models import Encoder
-
-LAYERS, MODEL, HEADS, FEED_FORWARD, BATCH, SEQ = 6, 256, 4, 1024, 4, 128
-
-
-def timed(fn):
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+from python_eager import BATCH, FEED_FORWARD, HEADS, LAYERS, MODEL, SEQ, print_ratios, timed_rounds
 
 
 def main():
@@ -53,18 +45,9 @@ def main():
         train_step(model)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; {args.rounds} rounds; "
           f"compiled and warmed up in {time.perf_counter() - start:.0f} s")
-    times = {mode: [] for mode in models}
-    order = list(models)
-    for _ in range(args.rounds):
-        order = order[1:] + order[:1]  # rotate: no mode always runs first
-        for mode in order:
-            times[mode].append(timed(lambda: train_step(models[mode])))
+    times = timed_rounds(models, train_step, args.rounds)
     print(f"{'case':<12} {'mode':<18} {'median ms':>10} {'ratio':>7} {'quartiles':>13}")
-    for mode in models:
-        ratios = [t / u for t, u in zip(times[mode], times["compiled"])]
-        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-        print(f"{'train_step':<12} {mode:<18} {statistics.median(times[mode]) * 1e3:>10.2f} "
-              f"{statistics.median(ratios):>7.3f} {q[0]:>6.3f}-{q[2]:.3f}")
+    print_ratios("train_step", times, "compiled", mode_width=18)
     boundary = watches[0]._boundaries[0]
     kept = sum(c.cpu_rng.numel() for c in boundary._calls)
     print(f"kept for a replay per call: the random-number state ({kept} bytes) and references to the "

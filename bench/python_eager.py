@@ -48,6 +48,28 @@ def timed(fn):
     return time.perf_counter() - start
 
 
+def timed_rounds(models, step, rounds):
+    """{mode: [seconds]}: each round runs `step` on every model back to back, in a rotating order
+    (no mode always runs first)."""
+    times = {mode: [] for mode in models}
+    order = list(models)
+    for _ in range(rounds):
+        order = order[1:] + order[:1]
+        for mode in order:
+            times[mode].append(timed(lambda: step(models[mode])))
+    return times
+
+
+def print_ratios(name, times, baseline, mode_width=10):
+    """One row per mode: the median time, and the median and quartiles of its per-round ratios to
+    `baseline`'s."""
+    for mode in times:
+        ratios = [t / u for t, u in zip(times[mode], times[baseline])]
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+        print(f"{name:<12} {mode:<{mode_width}} {statistics.median(times[mode]) * 1e3:>10.2f} "
+              f"{statistics.median(ratios):>7.3f} {q[0]:>6.3f}-{q[2]:.3f}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -73,17 +95,7 @@ def main():
     for name, step in (("forward", forward), ("train_step", train_step)):
         for model in models.values():
             step(model)  # warm-up
-        times = {mode: [] for mode in models}
-        order = list(models)
-        for r in range(args.rounds):
-            order = order[1:] + order[:1]  # rotate: no mode always runs first
-            for mode in order:
-                times[mode].append(timed(lambda: step(models[mode])))
-        for mode in models:
-            ratios = [t / u for t, u in zip(times[mode], times["unwatched"])]
-            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-            print(f"{name:<12} {mode:<10} {statistics.median(times[mode]) * 1e3:>10.2f} "
-                  f"{statistics.median(ratios):>7.3f} {q[0]:>6.3f}-{q[2]:.3f}")
+        print_ratios(name, timed_rounds(models, step, args.rounds), "unwatched")
     debug.close()
 
 

@@ -410,8 +410,6 @@ def _close_if_alive(me):
         w.close()
 
 
-
-
 class _ReplayWatch(Watch):
     _is_replay = True
     _step_phase = "eager replay"

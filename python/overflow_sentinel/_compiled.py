@@ -319,7 +319,13 @@ def boundaries(watch, model, wrapper, modules):
 
 def explain(regions, error):
     """The eager replay of the error's batch, region by region (in the order of their first call),
-    until one reproduces the inf/nan; the last one's Replay otherwise, or None."""
+    until one reproduces the inf/nan; the last one's Replay otherwise. None when there is nothing
+    to replay, or when the report already names an op outside every compiled region as the one
+    that made the value (the eager watchdog saw it)."""
+    report = error.report
+    maker = report.origin_frame or (report.trigger if report.produced_here else None)
+    if maker is not None and not any(_within(maker.module_path, region.path) for region in regions):
+        return None
     replay = None
     for region in sorted(regions, key=lambda r: r.first_call_serial()):
         found = region.explain(error)
@@ -328,3 +334,7 @@ def explain(regions, error):
             if found.reproduced:
                 break
     return replay
+
+
+def _within(path, region):
+    return region == "" or path == region or path.startswith(region + ".")

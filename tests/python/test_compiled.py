@@ -289,6 +289,20 @@ def test_a_compiled_block_inside_an_eager_model_is_a_region_of_its_own(capsys):
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
+def test_an_op_seen_outside_the_compiled_region_is_named_without_a_replay(capsys):
+    model = tiny_t5()
+    model.block[1] = torch.compile(model.block[1])
+    w = Watch(model)
+    model(torch.ones(2, 8))
+    with torch.no_grad():
+        model.head.weight.fill_(3e38)  # the eager head overflows, after the compiled block ran
+    with pytest.raises(NonFiniteError) as caught:
+        model(torch.ones(2, 8))
+    assert caught.value.report.trigger.module_path == "head"
+    assert getattr(caught.value, "replay", None) is None and "replaying" not in capsys.readouterr().out
+    w.close()
+
+
 @pytest.mark.parametrize("options", [{"mode": "reduce-overhead"}, {"backend": "cudagraphs"}])
 def test_cuda_graphs_are_named_with_what_is_read_there(capsys, options):
     compiled = torch.compile(tiny_t5(), **options)

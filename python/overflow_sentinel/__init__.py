@@ -134,8 +134,6 @@ class Watch:
                 self._handles.append(register_post_hook(module, post_hook(hold, index)))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
-        paths = {id(m): path for path, m in model.named_modules()}
-        self._module_paths = [paths.get(id(m), "") for m in modules]
         self._boundaries = [] if self._is_replay else _compiled.boundaries(self, model, compiled_wrapper, modules)
         if self._is_replay:
             self._model_ref = weakref.ref(model)

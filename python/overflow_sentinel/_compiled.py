@@ -74,11 +74,11 @@ class Boundary:
     model), `model` its uncompiled module, `wrapper` the eager callable around the compiled code (an
     OptimizedModule), or None where module.compile() made the module's own call compiled."""
 
-    def __init__(self, watch, model, wrapper, index=0):
+    def __init__(self, watch, model, wrapper, index=0, path=""):
         self._watch = weakref.ref(watch)
         self._model = weakref.ref(model)
         self.index = index
-        self.path = "" if index == 0 else watch._module_paths[index]
+        self.path = path
         # Who enters and leaves the module's scope: the module's own hooks, unless they run inside
         # the compiled code (module.compile()) or the wrapper is the model itself (not watched).
         self._owns_scope = wrapper is None or index == 0
@@ -232,13 +232,10 @@ def _keep_gradient(call_ref):
 # compiled _call_impl) gets its boundary for the calls after this one.
 
 _watching = weakref.WeakSet()
-_compiles_running = 0
 
 
 def follow_compiles(watch):
     _watching.add(watch)
-    if _compiles_running:
-        watch._native.set_compiler_running(True)
     from torch._dynamo.callback import callback_handler
     # (torch._dynamo.reset() forgets the callbacks: a watchdog made after it registers again.)
     if _on_compile_start not in callback_handler.start_callbacks:
@@ -263,31 +260,43 @@ def _live(watches):
     return [w for w in watches if not w._native.closed]
 
 
+# (Dynamo runs the start callbacks when its outermost compile begins and the end callbacks when
+# it ends, raised or not. Neither may raise into the user's compile.)
 def _on_compile_start(*_):
-    global _compiles_running
-    _compiles_running += 1
     for watch in _live(_watching):
-        watch._native.set_compiler_running(True)
-        if any(b.index == 0 for b in watch._boundaries) or watch._replaying:
-            continue
-        model = watch._model_ref()
-        if model is None:
-            continue
-        wrapper = _wrapper_on_stack(model)
-        if wrapper is None and model._compiled_call_impl is None:
-            continue
-        watch._boundaries.insert(0, Boundary(watch, model, wrapper))
-        sys.stdout.write("overflow_sentinel: the watched model was compiled after it was watched: its compiled "
-                         "calls are watched at their boundary from the next call on (this one is not)\n")
-        sys.stdout.flush()
+        try:
+            watch._native.set_compiler_running(True)
+            _notice_a_later_compile(watch)
+        except Exception as error:  # noqa: BLE001
+            _say_callback_failed(error)
+
+
+def _notice_a_later_compile(watch):
+    if any(b.index == 0 for b in watch._boundaries) or watch._replaying:
+        return
+    model = watch._model_ref()
+    if model is None:
+        return
+    wrapper = _wrapper_on_stack(model)
+    if wrapper is None and model._compiled_call_impl is None:
+        return
+    watch._boundaries.insert(0, Boundary(watch, model, wrapper))
+    sys.stdout.write("overflow_sentinel: the watched model was compiled after it was watched: its compiled "
+                     "calls are watched at their boundary from the next call on (this one is not)\n")
+    sys.stdout.flush()
 
 
 def _on_compile_end(*_):
-    global _compiles_running
-    _compiles_running = max(0, _compiles_running - 1)
-    if _compiles_running == 0:
-        for watch in _live(_watching):
+    for watch in _live(_watching):
+        try:
             watch._native.set_compiler_running(False)
+        except Exception as error:  # noqa: BLE001
+            _say_callback_failed(error)
+
+
+def _say_callback_failed(error):
+    sys.stdout.write(f"overflow_sentinel: following torch.compile's compile failed: {type(error).__name__}: {error}\n")
+    sys.stdout.flush()
 
 
 def _wrapper_on_stack(model):
@@ -307,13 +316,16 @@ def boundaries(watch, model, wrapper, modules):
     found = []
     if wrapper is not None or model._compiled_call_impl is not None:
         found.append(Boundary(watch, model, wrapper))
+    paths = None
     for index, module in enumerate(modules):
-        if index == 0:
+        compiled = is_optimized_module(module)
+        if index == 0 or not (compiled or module._compiled_call_impl is not None):
             continue
-        if is_optimized_module(module):
-            found.append(Boundary(watch, module._orig_mod, module, index))
-        elif module._compiled_call_impl is not None:
-            found.append(Boundary(watch, module, None, index))
+        if paths is None:
+            paths = {id(m): path for path, m in model.named_modules()}
+        path = paths.get(id(module), "")
+        found.append(Boundary(watch, module._orig_mod, module, index, path) if compiled
+                     else Boundary(watch, module, None, index, path))
     return found
 
 

@@ -166,22 +166,26 @@ bool PythonWatch::leave(size_t module, py::handle output) {
   return text_.waiting();
 }
 
-void PythonWatch::read_compiled_input(size_t module, py::handle arguments) {
+template <typename Read>
+void PythonWatch::read_named(size_t module, py::handle value, const char* root, Read&& read) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
   NamedTensors found;
-  named_tensors(arguments, "input", found);
+  named_tensors(value, root, found);
   if (found.empty()) return;
   Watchdog& w = live();
-  without_gil([&] { w.module_boundary(*mirrors_[module], /*returning=*/false, found); });
+  without_gil([&] { read(w, *mirrors_[module], found); });
+}
+
+void PythonWatch::read_compiled_input(size_t module, py::handle arguments) {
+  read_named(module, arguments, "input", [](Watchdog& w, const torch::nn::Module& m, const NamedTensors& found) {
+    w.module_boundary(m, /*returning=*/false, found);
+  });
 }
 
 void PythonWatch::read_compiled_output(size_t module, py::handle output) {
-  if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
-  NamedTensors found;
-  named_tensors(output, "output", found);
-  if (found.empty()) return;
-  Watchdog& w = live();
-  without_gil([&] { w.compiled_call_returned(*mirrors_[module], found); });
+  read_named(module, output, "output", [](Watchdog& w, const torch::nn::Module& m, const NamedTensors& found) {
+    w.compiled_call_returned(m, found);
+  });
 }
 
 std::string PythonWatch::tolerated_json() const {

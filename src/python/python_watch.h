@@ -87,6 +87,10 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   Watchdog& live() const;
   template <typename Body>
   void without_gil(Body&& body);
+  // The tensors in `value`, named from `root`, handed to read(watchdog, module i, them) without
+  // the GIL; nothing when there are none.
+  template <typename Read>
+  void read_named(size_t module, pybind11::handle value, const char* root, Read&& read);
 
   TextBuffer text_;  // before out_ and watchdog_: it outlives both
   std::ostream out_{&text_};

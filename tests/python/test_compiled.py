@@ -336,3 +336,19 @@ def test_trainer_with_torch_compile_stops_at_the_planted_step_and_replays_it(tmp
     replay = caught.value.replay
     assert replay.reproduced and "transformer.h.1.mlp.c_fc" in replay.report.origin
     assert (tmp_path / "sentinel_batch3_replay.txt").exists()
+
+
+def test_a_compiled_nanogpt_that_means_its_masks_trains_under_hfs_call_as_if_unwatched():
+    # As Trainer calls HF's class: no name kept, keywords. The -inf masks stay inside fused kernels.
+    import test_place_rule as cases
+    from nanogpt import nanogpt
+
+    from overflow_sentinel import DebugUnderflowOverflow
+
+    expected = cases.train(torch.compile(nanogpt()), 3)
+    model = torch.compile(nanogpt())
+    DebugUnderflowOverflow(model, max_frames_to_save=5)
+    assert cases.train(model, 3) == expected
+    watching = Watch._of_model[model._orig_mod]()
+    assert watching is not None and watching.batch_number == 3 and watching.report is None
+    watching.close()

@@ -119,6 +119,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   close_step_locked();  // whatever the last step left open (a backward after its batch)
   if (index) index->refresh();
   clear_stats_cache_locked();
+  compiled_backward_nodes = 0;  // (one whose backward threw never ended)
   core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
   delivery.policy().begin_batch();

@@ -112,8 +112,12 @@ void Watchdog::set_inside_compiled_code(bool inside) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->inside_compiled_code = inside;
   // Parameters too: compiled code may update its mutated inputs in place.
-  impl_->readers.cpu.cache().clear();
-  impl_->readers.device.reads().clear();
+  impl_->forget_reads();
+}
+
+void Watchdog::Impl::forget_reads() {
+  readers.cpu.cache().clear();
+  readers.device.reads().clear();
 }
 
 void Watchdog::set_compiler_running(bool running) {

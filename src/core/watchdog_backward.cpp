@@ -20,6 +20,10 @@ using frames::EntryState;
 using frames::FrameRecord;
 using frames::Role;
 
+namespace {
+// torch.compile's backward, one autograd node that runs the compiled backward graph.
+bool is_compiled_backward(const char* node_name) { return std::strstr(node_name, "CompiledFunctionBackward") != nullptr; }
+}  // namespace
 
 bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState&) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -28,6 +32,10 @@ bool Watchdog::Impl::backward_node_start(const capture::OpCall& fn, FrameRecord&
   // output of the node before it, and check_parameter_gradients() names it by parameter.
   if (std::strstr(fn.name(), "AccumulateGrad") != nullptr) return false;
   c10::InferenceMode no_autograd;
+  if (is_compiled_backward(fn.name())) {
+    ++compiled_backward_nodes;
+    forget_reads();
+  }
 
   f.batch_number = batches.current();
   f.direction = static_cast<uint8_t>(Direction::Backward);
@@ -77,6 +85,12 @@ void Watchdog::Impl::backward_op_end(const capture::OpCall& fn, FrameRecord& f, 
 
 void Watchdog::Impl::backward_node_end(FrameRecord& f, capture::ThreadState&) {
   std::unique_lock<std::mutex> lock(mutex);
+  if (compiled_backward_nodes > 0 && is_compiled_backward(strings.at(f.op).c_str())) {
+    // Its kernels may have written, in place, what its ops made and was read (a weight's
+    // gradient scaled where the GEMM left it): the parameters' .grad is read again.
+    --compiled_backward_nodes;
+    forget_reads();
+  }
   if (delivery.stopped()) return;
   finish_frame(f, lock);
 }

@@ -15,7 +15,7 @@ using frames::Role;
 EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
                                        bool headroom, const GemmOperand* gemm, bool reuse_reads) {
   core::testing::maybe_fail_read();
-  const core::ReadRequest request{role, index, sub, headroom, gemm, reuse_reads && !inside_compiled_code};
+  const core::ReadRequest request{role, index, sub, headroom, gemm, reuse_reads && reads_reusable()};
   EntryRecord e = readers.pick(f, t, request).read(f, t, request);
   e.storage = core::storage_key(t);
   return e;

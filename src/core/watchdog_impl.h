@@ -158,6 +158,12 @@ struct Watchdog::Impl final : capture::Session {
   // Watchdog::set_phase: said in the reports of the open batch (phase) and of those to come.
   std::string phase, next_phase;
   bool inside_compiled_code = false;  // set_inside_compiled_code: reads are not reused
+  // torch.compile's backward nodes running (CompiledFunctionBackward): their kernels write in place
+  // without version bumps, as the compiled forward's do.
+  int compiled_backward_nodes = 0;
+  bool reads_reusable() const { return !inside_compiled_code && compiled_backward_nodes == 0; }
+  // Drops every read kept: what compiled code may have written since is read again.
+  void forget_reads();
   bool compiler_running = false;      // set_compiler_running: ops make no frame
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 

@@ -145,6 +145,35 @@ def test_a_backward_inf_under_compile_is_replayed_with_its_backward():
     w.close()
 
 
+class ScaledWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.full((16, 16), 1e-20))
+
+    def forward(self, x):
+        return x @ (self.w * 3).t()
+
+
+def test_a_weight_gradient_a_compiled_kernel_overflows_in_place_is_caught():
+    # The compiled backward computes w's gradient as mm(...) (2e38 here: finite) and then scales it
+    # by 3 in a kernel of its own, in place in the GEMM's result buffer and without a version bump:
+    # the finite read of the GEMM's result must not stand for the .grad it became (6e38: inf).
+    model = ScaledWeight()
+    compiled = torch.compile(model)
+    w = Watch(compiled)
+    x = torch.zeros(8, 16)
+    x[0] = 1e19
+    upstream = torch.zeros(8, 16)
+    upstream[0] = 2e19
+    with pytest.raises(NonFiniteError) as caught:
+        with w.batch():
+            (compiled(x) * upstream).sum().backward()
+    assert torch.isinf(model.w.grad).all()
+    trigger = caught.value.report.trigger
+    assert trigger.entries[0].label == "w.grad" and trigger.entries[0].stats.pos_inf == 16 * 16
+    w.close()
+
+
 class AddTwice(nn.Module):
     def forward(self, x):
         return (x + 15) + 15

@@ -165,51 +165,6 @@ TEST(CppFrontend, NamedArgumentsAndResultsAreReadInFramesOfTheirModuleAndJudged)
   }
 }
 
-// A compiled call (torch.compile's kernels: no op of theirs is seen) writes its buffers in place
-// without bumping their version counters: inside it, a tensor read before is read again. What it
-// made is read as one frame of its module, judged as what the module's own ops made: returned
-// from the module, it is an error there, with that frame as its origin.
-TEST(CppFrontend, ACompiledCallsWritesAreReadAgainAndItsResultIsTheModulesOwn) {
-  TwoBlocks model;
-  const auto& block = *model->encoder->ptr(0);
-  std::ostringstream out;
-  {
-    sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
-    const at::Tensor buffer = torch::ones({4});
-    auto step = watch.batch();
-    sentinel::enter_scope(block);
-    torch::relu(buffer);  // read, and its numbers kept for the batch
-    watch.set_inside_compiled_code(true);
-    buffer.data_ptr<float>()[2] = std::numeric_limits<float>::infinity();  // a kernel's write: no version bump
-    try {
-      torch::relu(buffer);
-      sentinel::leave_scope(block);
-      step.finish();
-      FAIL() << "expected NonFiniteError: the second relu read a kept, stale read";
-    } catch (const sentinel::NonFiniteError& e) {
-      EXPECT_EQ(e.report().trigger().op, "aten::relu");
-      EXPECT_EQ(e.report().trigger().entries.at(0).stats.pos_inf, 1);
-    }
-  }
-  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
-  try {
-    auto step = watch.batch();
-    sentinel::enter_scope(block);
-    const at::Tensor made = torch::full({3}, std::numeric_limits<float>::quiet_NaN());
-    watch.compiled_call_returned(block, {{"output", made}});
-    watch.returned(block, {made});
-    sentinel::leave_scope(block);
-    step.finish();
-    FAIL() << "expected NonFiniteError";
-  } catch (const sentinel::NonFiniteError& e) {
-    EXPECT_EQ(e.report().escape, sentinel::Escape::Returned);
-    ASSERT_TRUE(e.report().origin_frame);
-    EXPECT_EQ(e.report().origin_frame->op, "compiled call");
-    EXPECT_EQ(e.report().origin_frame->module_path, "encoder.0");
-    EXPECT_EQ(e.report().origin_frame->entries.at(0).stats.nan, 3);
-  }
-}
-
 // A run resumed from a checkpoint numbers on from its step: set between batches, refused inside
 // one and below 0.
 TEST(CppFrontend, TheNextBatchNumberIsSetBetweenBatches) {

@@ -20,6 +20,17 @@ inline int8_t gemm_operands(const std::string& name) {
   return 0;
 }
 
+// Bit i: argument i is a factor of a matrix product every element of which reaches an element of
+// the result, if the result has any: mm and bmm (a, b), addmm and baddbmm (bias, a, b) with beta
+// and alpha 1 (the caller checks). An inf or NaN in a factor then makes the result non-finite
+// (inf * 0 is NaN, NaN spreads, inf - inf is NaN), so a finite result says that every factor was
+// finite. 0: no such op.
+inline uint8_t factors_of_product(const std::string& name) {
+  if (name == "aten::mm" || name == "aten::bmm") return 0b011;
+  if (name == "aten::addmm" || name == "aten::baddbmm") return 0b111;
+  return 0;
+}
+
 // The backward node of a GEMM, whose incoming gradient is the GEMM's gradient operand. Composite
 // ops (aten::linear, aten::matmul) share their sequence number with the first node made inside
 // them (the TBackward0 of weight.t()): only a GEMM's own node holds the gradient.

@@ -269,6 +269,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     core::BesideReader& reader;
     ~ReadingBeside() { reader.set_active(false); }
   } reading_beside_until_here{readers.beside};
+  const uint32_t factors = factors_to_defer(f, inputs, gemm_operands);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
       frames::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
@@ -278,13 +279,17 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
       f.add(e);
       continue;
     }
+    if (i < 32 && ((factors >> i) & 1)) {
+      defer_factor(f, inputs[i].toTensor(), static_cast<int>(i), params[i]);
+      continue;
+    }
     add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
               i < 32 && ((gemm_operands >> i) & 1), params[i]);
   }
   readers.beside.set_active(false);
   readers.beside.start(f);
 
-  if (dumps_on_trip()) {
+  if (dumps_on_trip() || factors != 0) {
     auto& held = ts.ending_op.inputs;
     held.clear();
     held.insert(held.end(), inputs.begin(), inputs.end());
@@ -308,6 +313,7 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
     outputs = outputs.slice(outputs.size() - num_returns);
   }
   add_outputs(f, outputs, any_tensor);
+  if (f.factors_deferred) settle_factors(f, ts.ending_op.inputs);
   if (outputs.empty() && torchscript::is_fusion_group_name(strings.at(f.op).c_str())) {
     // A fused group kept (Options::keep_torchscript_fusion) still shows where it ran.
     frames::EntryRecord e = core::make_entry(Role::Output, -1, -1);

@@ -226,6 +226,14 @@ struct Watchdog::Impl final : capture::Session {
                                bool headroom, const GemmOperand* gemm = nullptr, bool reuse_reads = true);
   // The operand mask of a GEMM op (core::gemm_operands), cached by op-name id.
   uint32_t gemm_mask(uint32_t op);
+  // Inside compiled code, the arguments of a matrix product left unread until its result is
+  // known (bit i: argument i; core::factors_of_product), when nothing else wants them read.
+  uint32_t factors_to_defer(const frames::FrameRecord& f, c10::ArrayRef<c10::IValue> inputs, uint32_t gemm_operands);
+  // The entry of a factor so deferred; the op's arguments are held until its end.
+  void defer_factor(frames::FrameRecord& f, const at::Tensor& t, int position, const core::ParamRef* param);
+  // At the op's end, with its results read: the deferred factors stay unread if the results are
+  // read, non-empty and finite, else they are read now from `inputs` (the op's held arguments).
+  void settle_factors(frames::FrameRecord& f, const std::vector<c10::IValue>& inputs);
   // Reads back what the device holds and runs the waiting frames through process_frame, in
   // order; stops at a trip that stops the run. Leaves the lock held.
   // `last_is_current`: the last waiting frame is the op now ending (its stacks are still live).

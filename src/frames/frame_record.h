@@ -53,6 +53,8 @@ struct FrameRecord {
   // The op writes into an argument (in place, out=); otherwise a result in an argument's memory
   // is that argument passed on (dropout in eval mode returns its input).
   bool writes_arguments = false;
+  // Some arguments were left unread until the op's result is known (Readability::FactorOfFiniteProduct).
+  bool factors_deferred = false;
   uint16_t entry_count = 0;
   int64_t entries_omitted = 0;
   uint16_t outputs_seen = 0;  // outputs added so far, kept or omitted (numbers the next one)
@@ -81,6 +83,7 @@ struct FrameRecord {
     is_return = false;
     recomputed = false;
     writes_arguments = false;
+    factors_deferred = false;
     outputs_seen = 0;
     entry_count = 0;
     entries_omitted = 0;

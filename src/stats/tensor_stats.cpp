@@ -264,6 +264,7 @@ const char* describe(Readability r) {
     case Readability::NoStorage: return "no storage";
     case Readability::NoData: return "no data";
     case Readability::InsideFusedKernel: return "inside a fused kernel: not read";
+    case Readability::FactorOfFiniteProduct: return "not read: its product is finite";
   }
   return "?";
 }

@@ -41,6 +41,9 @@ enum class Readability {
   // A fused TorchScript group's results (Options::keep_torchscript_fusion): its kernel's event
   // carries no tensors.
   InsideFusedKernel,
+  // A factor of a matrix product inside compiled code, left unread because the product came out
+  // finite (read after all when it did not): src/core/gemm_ops.h, factors_of_product.
+  FactorOfFiniteProduct,
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

@@ -39,6 +39,12 @@ def test_a_compiled_t5_stops_at_batch_3_and_its_eager_replay_names_the_mul(capsy
     # run no op): it is named by the parameter it reads.
     assert report.trigger.module_path == "block.1.layer.0.DenseReluDense.wo"
     assert report.trigger.op in ("aten::mm", "aten::addmm")
+    # Its factors, left unread while its products were finite, are read once this one is not.
+    assert any(e.role == "input" and e.kind == "tensor" and e.stats.pos_inf > 0 for e in report.trigger.entries)
+    earlier = [f for f in report.frames[:-1] if f.op in ("aten::mm", "aten::addmm")]
+    factors = [getattr(e, "skip_reason", None) for f in earlier for e in f.entries
+               if e.role in ("input", "parameter") and getattr(e, "skip_reason", None) != "overwritten"]
+    assert factors and all(reason == "not read: its product is finite" for reason in factors)
     # The replay, through the uncompiled module: the op, its module and where it left.
     replay = error.replay
     assert replay.reproduced and report.replay is replay

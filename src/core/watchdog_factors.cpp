@@ -1,9 +1,9 @@
 // The factors of a matrix product inside compiled code, read only when its result is not finite.
 //
 // Inside a torch.compile'd graph the ATen ops the watchdog sees are its extern kernels, mostly
-// GEMMs whose factors were made by Inductor's fused kernels (never seen) or are the weights. Their
-// factors are two thirds of what a compiled step would read, yet every element of a factor reaches
-// an element of a non-empty result (core::factors_of_product): a finite result proves the factors
+// GEMMs whose factors were made by Inductor's fused kernels (never seen) or are the weights. The
+// factors are two thirds of those GEMMs' bytes, yet every element of a factor reaches an element
+// of a non-empty result (core::factors_of_product): a finite result proves the factors
 // finite, and a non-finite one has them read at the op's end, before its frame is judged. The
 // first frame to see an inf/nan, and what it shows, are the same; earlier frames say "not read:
 // its product is finite" where they would have shown the factors' numbers.

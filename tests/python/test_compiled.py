@@ -151,6 +151,31 @@ def test_a_backward_inf_under_compile_is_replayed_with_its_backward():
     w.close()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_every_factor_of_a_product_reaches_its_result_on_this_blas(dtype):
+    # What leaving a compiled GEMM's factors unread while its result is finite rests on
+    # (src/core/gemm_ops.h, factors_of_product): an inf or NaN anywhere in mm's, bmm's, addmm's or
+    # baddbmm's factors makes the result non-finite, even where the other factor is all zeros
+    # (inf * 0 is NaN). Checked against this torch's own kernels, shapes from GEMV-like to blocked.
+    g = torch.Generator().manual_seed(0)
+    for m, k, n in [(1, 1, 1), (3, 5, 7), (17, 300, 1), (1, 300, 17), (128, 1, 128), (64, 96, 80)]:
+        for value in (float("nan"), float("inf"), float("-inf")):
+            for poisoned in ("a", "b", "bias"):
+                for other_zero in (False, True):
+                    a, b = torch.randn(m, k, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype)
+                    bias = torch.randn(n, generator=g).to(dtype)
+                    if other_zero:
+                        (b if poisoned == "a" else a).zero_()
+                    t = {"a": a, "b": b, "bias": bias}[poisoned]
+                    t.view(-1)[torch.randint(0, t.numel(), (), generator=g)] = value
+                    results = [torch.addmm(bias, a, b), torch.baddbmm(bias.expand(2, m, n), a.expand(2, m, k),
+                                                                       b.expand(2, k, n))]
+                    if poisoned != "bias":
+                        results += [a @ b, torch.bmm(a.expand(2, m, k), b.expand(2, k, n))]
+                    for r in results:
+                        assert not torch.isfinite(r).all(), (dtype, (m, k, n), value, poisoned, other_zero)
+
+
 class ScaledWeight(nn.Module):
     def __init__(self):
         super().__init__()

@@ -332,9 +332,11 @@ def boundaries(watch, model, wrapper, modules):
 def explain(regions, error):
     """The eager replay of the error's batch, region by region (in the order of their first call),
     until one reproduces the inf/nan; the last one's Replay otherwise. None when there is nothing
-    to replay, or when the report already names an op outside every compiled region as the one
-    that made the value (the eager watchdog saw it)."""
+    to replay, when the report is not of this rank's own inf/nan, or when it already names an op
+    outside every compiled region as the one that made the value (the eager watchdog saw it)."""
     report = error.report
+    if getattr(report, "kind", "nonfinite") != "nonfinite":  # another rank's inf/nan, ranks that did not answer: none here to replay
+        return None
     maker = report.origin_frame or (report.trigger if report.produced_here else None)
     if maker is not None and not any(_within(maker.module_path, region.path) for region in regions):
         return None

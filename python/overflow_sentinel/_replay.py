@@ -30,7 +30,16 @@ def replay_options(options):
     return kept
 
 
+def _without_data_parallel(model):
+    """The module a replay runs: a data-parallel wrapper's own module, since the wrapper's forward
+    and backward would join its reducer's collectives on this rank alone (in the middle of the
+    wrapper's own step: DDP's reducer fails an internal assert, or the other ranks never answer)."""
+    parallel = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return (model.module, type(model).__name__) if isinstance(model, parallel) else (model, None)
+
+
 def replay_batch(w, model, path, calls, report):
+    model, wrapper = _without_data_parallel(model)
     batch = report.batch_number
     backward = report.trigger is not None and getattr(report.trigger, "direction", "") == "backward"
     region = f" of {path}" if path else ""
@@ -73,6 +82,9 @@ def replay_batch(w, model, path, calls, report):
         said.append(f"the replay of batch {batch} stayed finite: the value was not reproduced eagerly")
     if path:
         notes.append(f"the replay watched {path} alone: its module paths are inside {path}")
+    if wrapper:
+        notes.append(f"the replay ran the module inside {wrapper} without it (no collectives): its module paths "
+                     f"lack the leading 'module.'")
     said += notes
     for line in said:
         _say(f"overflow_sentinel: {line}")

@@ -176,6 +176,40 @@ def test_every_factor_of_a_product_reaches_its_result_on_this_blas(dtype):
                         assert not torch.isfinite(r).all(), (dtype, (m, k, n), value, poisoned, other_zero)
 
 
+def test_a_compiled_ddp_model_is_replayed_without_ddp_and_a_peers_report_is_not(tmp_path):
+    # DDP's forward and backward join its reducer's collectives: replayed on one rank in the middle
+    # of DDP's own step, its reducer failed an internal assert (and with peers, they would wait).
+    import torch.distributed as dist
+    from types import SimpleNamespace
+
+    from overflow_sentinel import _compiled
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+        compiled = torch.compile(nn.parallel.DistributedDataParallel(model))
+        w = Watch(compiled)
+        x = torch.randn(8, 16)
+        with w.batch():
+            compiled(x).sum().backward()
+        with torch.no_grad():
+            model[0].weight.mul_(1e38)
+        with pytest.raises(NonFiniteError) as caught:
+            with w.batch():
+                compiled(x).sum().backward()
+        replay = caught.value.replay
+        assert replay.reproduced, replay.notes
+        assert not any("the replay stopped" in note for note in replay.notes)
+        assert any("inside DistributedDataParallel without it" in note for note in replay.notes)
+        # Another rank's inf/nan: nothing on this rank to replay.
+        peer = SimpleNamespace(report=SimpleNamespace(kind="peer_nonfinite", batch_number=1))
+        assert _compiled.explain(w._boundaries, peer) is None
+        w.close()
+    finally:
+        dist.destroy_process_group()
+
+
 class ScaledWeight(nn.Module):
     def __init__(self):
         super().__init__()

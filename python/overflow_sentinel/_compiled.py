@@ -335,7 +335,7 @@ def explain(regions, error):
     to replay, when the report is not of this rank's own inf/nan, or when it already names an op
     outside every compiled region as the one that made the value (the eager watchdog saw it)."""
     report = error.report
-    if getattr(report, "kind", "nonfinite") != "nonfinite":  # another rank's inf/nan, ranks that did not answer: none here to replay
+    if getattr(report, "kind", "nonfinite") != "nonfinite":  # another rank's inf/nan, ranks not answering
         return None
     maker = report.origin_frame or (report.trigger if report.produced_here else None)
     if maker is not None and not any(_within(maker.module_path, region.path) for region in regions):

@@ -24,13 +24,14 @@ using frames::Role;
 
 namespace {
 
-// addmm and baddbmm scale their bias by beta and their product by alpha: only 1 keeps every
-// factor's inf/nan in the result (beta 0 drops the bias altogether).
+// addmm and baddbmm scale their bias by beta and their product by alpha (arguments 3 and 4):
+// only 1 keeps every factor's inf/nan in the result (beta 0 drops the bias altogether).
 bool unit_scaling(c10::ArrayRef<c10::IValue> inputs) {
   for (size_t i : {size_t{3}, size_t{4}}) {
-    if (i < inputs.size() && !inputs[i].isNone() && !(inputs[i].isScalar() && inputs[i].toScalar().toDouble() == 1.0)) {
-      return false;
-    }
+    if (i >= inputs.size() || inputs[i].isNone()) continue;
+    if (!inputs[i].isScalar()) return false;
+    const c10::Scalar s = inputs[i].toScalar();
+    if (s.isComplex() || s.toDouble() != 1.0) return false;  // (toDouble throws for a complex)
   }
   return true;
 }
@@ -41,9 +42,9 @@ uint32_t Watchdog::Impl::factors_to_defer(const FrameRecord& f, c10::ArrayRef<c1
                                           uint32_t gemm_operands) {
   // Wanted anyway: FP8's probes and the collections (gemm_operands), the headroom counts, a trace.
   if (!inside_compiled_code || gemm_operands != 0 || opts.headroom() || batches.is_traced(f.batch_number)) return 0;
-  const std::string& name = strings.at(f.op);
-  const uint8_t factors = core::factors_of_product(name);
-  if (factors == 0 || ((name == "aten::addmm" || name == "aten::baddbmm") && !unit_scaling(inputs))) return 0;
+  const uint8_t factors = core::factors_of_product(strings.at(f.op));
+  const bool with_bias = factors == 0b111;  // addmm, baddbmm: (bias, a, b), scaled by beta and alpha
+  if (factors == 0 || (with_bias && !unit_scaling(inputs))) return 0;
   uint32_t deferred = 0;
   for (size_t i = 0; i < inputs.size() && i < 8; ++i) {
     if (!((factors >> i) & 1)) continue;

@@ -251,4 +251,58 @@ TEST(Stats, UnreadableTensorsSayWhy) {
   EXPECT_STREQ(sentinel::stats::describe(Readability::Meta), "meta");
 }
 
+// A large dense tensor read in contiguous parts by ATen's intra-op threads: the parts must add up
+// to the oracle's numbers, whatever the dtype, the number of threads (parts of unequal length) and
+// wherever the specials fall (first and last element of each part), and the parts must really be
+// read by several threads (a build without OpenMP would read them one after another).
+TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
+  const int threads_before = at::get_num_threads();
+  struct RestoreThreads {
+    int n;
+    ~RestoreThreads() { at::set_num_threads(n); }
+  } restore{threads_before};
+  torch::manual_seed(13);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int threads : {2, 3}) {
+    at::set_num_threads(threads);
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+      // Three MiB and a few elements: split into `threads` parts.
+      const int64_t n = (int64_t{3} << 20) / c10::elementSize(dtype) + 77;
+      auto base = torch::randn({n}, torch::kDouble);
+      for (int p = 0; p <= threads; ++p) {  // around every part's start (aligned or not)
+        const int64_t edge = std::min(n - 1, n * p / threads / 1024 * 1024);
+        base[edge] = p % 2 ? inf : -inf;
+        base[std::max<int64_t>(0, edge - 1)] = std::nan("");
+        base[std::min(n - 1, edge + 1)] = 0.0;
+      }
+      base[n - 1] = 1e-41;  // a subnormal in float32 and bfloat16, a zero in half (torch casts it)
+      base[3] = 1e30;
+      auto t = base.to(dtype).reshape({n});
+      at_every_simd_level([&] {
+        for (const auto& [name, view] : {std::pair<std::string, torch::Tensor>{"contiguous", t},
+                                         {"transposed", t.narrow(0, 0, n - 77).view({-1, 64}).t()}}) {
+          const std::string what = std::string(c10::toString(dtype)) + " " + name + ", " + std::to_string(threads) + " threads";
+          TensorStats got, alone;
+          int threads_used = 0;
+          ASSERT_EQ(sentinel::stats::compute_across_threads(view, got, &threads_used), Readability::Read) << what;
+          expect_equal(got, oracle(view), what);
+          ASSERT_EQ(sentinel::stats::compute(view, alone), Readability::Read);
+          expect_equal(got, alone, what + " (against the one-thread read)");
+          EXPECT_EQ(threads_used, threads) << what;
+        }
+      });
+    }
+  }
+  // Small tensors, views with gaps and reads inside a parallel region stay on one thread.
+  at::set_num_threads(2);
+  int threads_used = 0;
+  TensorStats s;
+  auto columns = torch::randn({2048, 1024}).slice(1, 0, 1000);
+  sentinel::stats::compute_across_threads(columns, s, &threads_used);
+  EXPECT_EQ(threads_used, 1);
+  expect_equal(s, oracle(columns), "column slice");
+  sentinel::stats::compute_across_threads(torch::randn({1000}), s, &threads_used);
+  EXPECT_EQ(threads_used, 1);
+}
+
 }  // namespace

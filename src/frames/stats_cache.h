@@ -3,7 +3,9 @@
 // input, and a weight serves its ops through views such as weight.t(): reading each block of
 // memory once halves the sentinel's memory traffic. Keyed by the memory a tensor covers, and
 // reused only while that memory provably holds the same values (frames/tensor_memory.h). Cleared
-// at each batch start and end (but for the parameters' entries, if the user asks to keep them).
+// at each batch start and end (but for the parameters' entries, if the user asks to keep them);
+// the entries of tensors that died are dropped as reads come in. Reads on the watching thread,
+// large ones across ATen's threads (stats::compute_across_threads).
 #include <ATen/core/Tensor.h>
 
 #include "frames/tensor_memory.h"
@@ -17,11 +19,12 @@ class StatsCache {
   // Returns the readability and fills `out`, reading the tensor only on a miss (always with
   // `reuse` false; what it reads is kept either way).
   stats::Readability compute(const at::Tensor& t, TensorStats& out, bool reuse = true) {
-    if (!cacheable(t)) return stats::compute(t, out);
+    if (!cacheable(t)) return stats::compute_across_threads(t, out);
     const uint32_t version = version_of(t);
     stats::Readability r;
     if (reuse && lookup(t, version, out, r)) return r;
-    r = stats::compute(t, out);
+    r = stats::compute_across_threads(t, out);
+    reads_.drop_dead_tensors_when_due();
     reads_.insert(t, version, Read{out, r});
     return r;
   }
@@ -34,7 +37,10 @@ class StatsCache {
   }
   // Remembers what a read of `t` at `version` found; nothing if `t` has been written since.
   void store(const at::Tensor& t, uint32_t version, const TensorStats& stats, stats::Readability r) {
-    if (cacheable(t) && version_of(t) == version) reads_.insert(t, version, Read{stats, r});
+    if (cacheable(t) && version_of(t) == version) {
+      reads_.drop_dead_tensors_when_due();
+      reads_.insert(t, version, Read{stats, r});
+    }
   }
   void clear() { reads_.clear(); }
   // Drops every entry except those of the tensors tensor_of(item) for the items of `keep`
@@ -45,6 +51,7 @@ class StatsCache {
     reads_.clear_except(keep, tensor_of);
   }
   size_t hits() const { return hits_; }
+  size_t size() const { return reads_.size(); }  // entries held
 
  private:
   struct Read {

@@ -223,6 +223,18 @@ Readability compute_readability(const at::Tensor& t) {
   return Readability::Read;
 }
 
+void compute_dense_range(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out) {
+  out = TensorStats{};
+  const void* base = read_only_data(t);
+  switch (t.scalar_type()) {
+    case c10::kFloat: reduce_span(static_cast<const float*>(base) + begin, end - begin, 1, out); break;
+    case c10::kDouble: reduce_span(static_cast<const double*>(base) + begin, end - begin, 1, out); break;
+    case c10::kHalf: reduce_span(static_cast<const c10::Half*>(base) + begin, end - begin, 1, out); break;
+    case c10::kBFloat16: reduce_span(static_cast<const c10::BFloat16*>(base) + begin, end - begin, 1, out); break;
+    default: break;
+  }
+}
+
 Readability compute(const at::Tensor& t, TensorStats& out) {
   out = TensorStats{};
   const Readability readable = compute_readability(t);

@@ -51,6 +51,30 @@ enum class Readability {
 // zeros, as HF shows them. Anything else returns why it was not read.
 Readability compute(const at::Tensor& t, TensorStats& out);
 
+// compute(), with a large dense floating tensor read by ATen's intra-op threads at once, each a
+// contiguous part of its memory (src/stats/intraop_reads.cpp): where the model's ops run on every
+// core, so do the reads of what they made. The same numbers as compute(). For the watching
+// thread, in an op's callback; not for a thread of the watchdog's own (it would start a second
+// team of threads beside ATen's).
+// `threads_used`, when given, is set to the number of threads that read a part (1 when not split).
+Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used = nullptr);
+
+// The statistics of elements [begin, end) of a dense floating tensor, in memory order (its span,
+// whatever its strides): one part of compute_across_threads' read.
+void compute_dense_range(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out);
+
+// Adds the statistics of a part of a tensor to those of the parts before it.
+inline void merge_part(const TensorStats& part, TensorStats& total) {
+  total.count += part.count;
+  total.nan += part.nan;
+  total.pos_inf += part.pos_inf;
+  total.neg_inf += part.neg_inf;
+  total.zeros += part.zeros;
+  total.subnormal += part.subnormal;
+  if (part.abs_min < total.abs_min) total.abs_min = part.abs_min;
+  if (part.abs_max > total.abs_max) total.abs_max = part.abs_max;
+}
+
 // compute() and, for floating tensors, the statistics menu in the same read (moments.n stays 0
 // for other dtypes).
 Readability compute_with_moments(const at::Tensor& t, TensorStats& out, MomentsAccumulator& moments);

@@ -1,0 +1,46 @@
+// What reading an op's result costs right after the op, on one thread (stats::compute) and split
+// between ATen's intra-op threads (stats::compute_across_threads): the op alone, the op and a read
+// of its result, for a GEMM (MKL's or OpenBLAS's threads wrote the result) and an elementwise op
+// (ATen's parallel_for wrote it, in the contiguous halves the split reads). The read's cost is a
+// case's time less the op's alone (docs/benchmarks.md, "Reads across ATen's threads").
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include "stats/tensor_stats.h"
+
+namespace {
+
+enum Read { None, OneThread, AcrossThreads };
+enum Producer { Gemm, Elementwise };
+
+template <Producer P, Read R>
+void BM_ReadAfterOp(benchmark::State& state) {
+  const int64_t rows = 512, columns = state.range(0);
+  const at::Tensor a = at::randn({rows, 256}), w = at::randn({256, columns}), x = at::randn({rows, columns});
+  at::Tensor out = at::empty({rows, columns});
+  sentinel::TensorStats s;
+  for (auto _ : state) {
+    if (P == Gemm) {
+      at::mm_out(out, a, w);
+    } else {
+      at::gelu_out(out, x);
+    }
+    if (R == OneThread) sentinel::stats::compute(out, s);
+    if (R == AcrossThreads) sentinel::stats::compute_across_threads(out, s);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * out.nbytes());
+  state.counters["threads"] = at::get_num_threads();
+}
+
+// Results of 512 KiB, 1 MiB and 2 MiB (float32, 512 rows).
+#define SENTINEL_READ_AFTER_OP(P, R) BENCHMARK_TEMPLATE(BM_ReadAfterOp, P, R)->Arg(256)->Arg(512)->Arg(1024)
+SENTINEL_READ_AFTER_OP(Gemm, None);
+SENTINEL_READ_AFTER_OP(Gemm, OneThread);
+SENTINEL_READ_AFTER_OP(Gemm, AcrossThreads);
+SENTINEL_READ_AFTER_OP(Elementwise, None);
+SENTINEL_READ_AFTER_OP(Elementwise, OneThread);
+SENTINEL_READ_AFTER_OP(Elementwise, AcrossThreads);
+
+}  // namespace

@@ -1,0 +1,69 @@
+// compute_across_threads: one large read split between ATen's intra-op threads.
+//
+// With ATen on every core, a model's ops run on all of them and the watching thread's reads on
+// one: the larger the machine, the larger the watched step's share of reading. Splitting a large
+// tensor's memory into contiguous parts, one per thread of ATen's own pool, reads it at the speed
+// the model's elementwise ops write it, and the parts match how those ops split their outputs
+// (contiguous ranges), so each core reads what it wrote, from its own cache.
+//
+// ATen's parallel_for is a header template: under ATen's OpenMP backend its region is an OpenMP
+// pragma, so this file is compiled with the compiler's OpenMP flags (CMakeLists.txt). Compiled
+// without them it still reads every part, on one thread.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <array>
+
+#include "stats/tensor_stats.h"
+
+namespace sentinel {
+namespace stats {
+namespace {
+
+// Smaller parts cost more than they save: waking a second thread and reading what another core
+// wrote outweigh half a read below about half a MiB (docs/benchmarks.md, "Reads across ATen's
+// threads").
+constexpr int64_t kMinPartBytes = int64_t{512} << 10;
+// Parts start on whole vector chunks of the kernel.
+constexpr int64_t kPartAlignment = 1024;
+// On the stack: a read allocates nothing (docs/benchmarks.md: what a step's allocations cost).
+constexpr int64_t kMaxParts = 64;
+
+bool is_floating(c10::ScalarType s) {
+  return s == c10::kFloat || s == c10::kDouble || s == c10::kHalf || s == c10::kBFloat16;
+}
+
+}  // namespace
+
+Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used) {
+  if (threads_used) *threads_used = 1;
+  if (compute_readability(t) != Readability::Read || !is_floating(t.scalar_type()) ||
+      !t.is_non_overlapping_and_dense() || at::in_parallel_region()) {
+    return compute(t, out);
+  }
+  const int64_t n = t.numel();
+  const int64_t parts = std::min({int64_t{at::get_num_threads()}, n * t.element_size() / kMinPartBytes, kMaxParts});
+  if (parts < 2) return compute(t, out);
+  auto part_start = [&](int64_t p) {
+    return p == parts ? n : std::min(n, (n * p / parts) / kPartAlignment * kPartAlignment);
+  };
+  std::array<TensorStats, kMaxParts> part_stats;
+  std::array<int, kMaxParts> reader;
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      compute_dense_range(t, part_start(p), part_start(p + 1), part_stats[p]);
+      reader[p] = at::get_thread_num();
+    }
+  });
+  out = TensorStats{};
+  for (int64_t p = 0; p < parts; ++p) merge_part(part_stats[p], out);
+  if (threads_used) {
+    std::sort(reader.begin(), reader.begin() + parts);
+    *threads_used = static_cast<int>(std::unique(reader.begin(), reader.begin() + parts) - reader.begin());
+  }
+  return Readability::Read;
+}
+
+}  // namespace stats
+}  // namespace sentinel

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <sstream>
+#include <vector>
 
 #include "frames/stats_cache.h"
 #include "support/test_models.h"
@@ -68,7 +69,7 @@ TEST(StatsCache, AWriteThroughADataAliasIsSeenEvenWhereTheVersionNumbersAgree) {
 
 TEST(StatsCache, FreedMemoryReusedByANewTensorIsNeverAHit) {
   StatsCache cache;
-  for (int i = 0; i < 50; ++i) {
+  for (int i = 0; i < 200; ++i) {  // past several sweeps of dead tensors' entries
     // Same size each time: the allocator would hand back the same address if it could.
     auto t = torch::full({1024}, static_cast<float>(i));
     TensorStats s;
@@ -76,6 +77,29 @@ TEST(StatsCache, FreedMemoryReusedByANewTensorIsNeverAHit) {
     EXPECT_EQ(s.abs_max, i) << "iteration " << i;
   }
   EXPECT_EQ(cache.hits(), 0u);
+}
+
+// The entries of tensors that died are dropped as reads come in (their version counters, held by
+// the entries, freed), while a live tensor's entry stays and serves it.
+TEST(StatsCache, DeadTensorsEntriesAreDroppedAndLiveOnesKept) {
+  StatsCache cache;
+  auto kept = torch::randn({64});
+  TensorStats s;
+  cache.compute(kept, s);
+  std::vector<torch::Tensor> alive;
+  for (int i = 0; i < 1000; ++i) {
+    auto t = torch::full({256}, static_cast<float>(i));
+    cache.compute(t, s);
+    if (i % 100 == 0) alive.push_back(t);  // these stay alive
+  }
+  // 1,011 reads; what is left is the live tensors and the dead ones read since the last sweep.
+  EXPECT_LE(cache.size(), 1 + alive.size() + 1000 / 8);
+  EXPECT_GE(cache.size(), 1 + alive.size());
+  const size_t hits = cache.hits();
+  cache.compute(kept, s);
+  for (const auto& t : alive) cache.compute(t.view({16, 16}), s);
+  EXPECT_EQ(cache.hits(), hits + 1 + alive.size());
+  EXPECT_EQ(s.abs_max, 900.0);
 }
 
 TEST(StatsCache, GappedViewsAndInferenceTensorsAreReadEveryTime) {

@@ -41,6 +41,7 @@ class DeviceReadCache {
     Read read;
     read.slot = slot;
     read.headroom = headroom;
+    if (in_flight_.empty()) reads_.drop_dead_tensors_when_due();  // no address of a read is held
     in_flight_.push_back(reads_.insert(t, frames::version_of(t), read));
   }
   // Slots [first, end) were just read back: their reads keep the numbers. Only the reads in

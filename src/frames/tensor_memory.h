@@ -4,16 +4,23 @@
 // non-overlapping and dense holds exactly the elements of [offset, offset + numel) of its
 // storage, whatever its strides, so a transposed or reshaped view has the same statistics as its
 // base. A read is reused only while that memory provably holds the same values:
-//  - a weak reference keeps the StorageImpl allocated (not its data), so its address cannot be
-//    taken by a new storage while the entry lives (no false hit after a free);
 //  - the version counter (shared by a tensor and its views, bumped by every in-place or out= op)
 //    must be the same counter, at the same version, and the data pointer unchanged. A tensor
 //    made by .data() or variable_data() shares the memory but has a counter of its own: its
-//    writes bump that one, so the same version number from another counter is a miss.
+//    writes bump that one, so the same version number from another counter is a miss;
+//  - the entry holds the counter, so its address cannot be taken by a new tensor's counter: a
+//    tensor made where a freed one was (its storage, its data at the same addresses) is a miss.
 // Inference tensors (no version counter) and gapped or expanded views are never keyed.
+//
+// An entry whose tensor has died (it holds the counter's last reference) is dropped as the map
+// grows: the counter is one of the small allocations made beside the tensor's own, and kept for
+// the whole batch it would stand between the step's large freed buffers, keep malloc from joining
+// them again, and leave the heap growing through the step and trimmed at its end, to be faulted in
+// again by the next (docs/benchmarks.md, "Hugging Face's Trainer").
 #include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -67,14 +74,12 @@ inline const void* counter_identity(const c10::VariableVersion& v) {
 
 // What a keyed read saw of its memory, to tell later whether that memory still holds it.
 struct MemoryStamp {
-  c10::weak_intrusive_ptr<c10::StorageImpl> keep_address;
   c10::VariableVersion counter;  // a copy shares the counter, and keeps its address taken
   uint32_t version;
   const void* data;
 
   static MemoryStamp of(const at::Tensor& t, uint32_t version) {
-    return MemoryStamp{c10::weak_intrusive_ptr<c10::StorageImpl>(t.storage().getWeakStorageImpl()),
-                       t.unsafeGetTensorImpl()->version_counter(), version, t.storage().data()};
+    return MemoryStamp{t.unsafeGetTensorImpl()->version_counter(), version, t.storage().data()};
   }
   bool holds(const at::Tensor& t, uint32_t current_version) const {
     return version == current_version && data == t.storage().data() &&
@@ -93,16 +98,20 @@ class MemoryMap {
     return it == entries_.end() || !it->second.stamp.holds(t, version) ? nullptr : &it->second.value;
   }
   // The stored value stays at the returned address until it is erased (by clear, clear_except
-  // or keep_if); storing again for the same memory overwrites it there.
+  // or keep_if, drop_dead_tensors_when_due); storing again for the same memory overwrites it there.
   Value* insert(const at::Tensor& t, uint32_t version, Value value) {
+    ++inserts_since_sweep_;
     auto it = entries_.insert_or_assign(memory_key(t), Entry{MemoryStamp::of(t, version), std::move(value)}).first;
     return &it->second.value;
   }
-  void clear() { entries_.clear(); }
+  void clear() {
+    entries_.clear();
+    inserts_since_sweep_ = 0;
+  }
   // Drops every value except those of the keyed tensors tensor_of(item), items of `keep`.
   template <typename Range, typename TensorOf>
   void clear_except(const Range& keep, TensorOf tensor_of) {
-    std::unordered_map<MemoryKey, Entry, MemoryKeyHash> kept;
+    Entries kept;
     for (const auto& item : keep) {
       const at::Tensor& t = tensor_of(item);
       if (!keyed_memory(t)) continue;
@@ -117,12 +126,28 @@ class MemoryMap {
     for (auto it = entries_.begin(); it != entries_.end();) it = f(it->second.value) ? std::next(it) : entries_.erase(it);
   }
 
+  // Erases the entries of tensors that have died (the entry alone holds their counter: no tensor
+  // can hold that memory's values any more), once every size/8 inserts: a constant cost per
+  // insert, and a dead tensor's entry lives for a few ops, not the batch. Erases values: not while
+  // the caller holds the address of one.
+  void drop_dead_tensors_when_due() {
+    if (inserts_since_sweep_ < std::max<size_t>(kMinSweepInterval, entries_.size() / 8)) return;
+    inserts_since_sweep_ = 0;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      it = it->second.stamp.counter.unique() ? entries_.erase(it) : std::next(it);
+    }
+  }
+  size_t size() const { return entries_.size(); }
+
  private:
+  static constexpr size_t kMinSweepInterval = 16;
   struct Entry {
     MemoryStamp stamp;
     Value value;
   };
-  std::unordered_map<MemoryKey, Entry, MemoryKeyHash> entries_;
+  using Entries = std::unordered_map<MemoryKey, Entry, MemoryKeyHash>;
+  Entries entries_;
+  size_t inserts_since_sweep_ = 0;
 };
 
 }  // namespace frames

@@ -281,7 +281,8 @@ TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
       at_every_simd_level([&] {
         for (const auto& [name, view] : {std::pair<std::string, torch::Tensor>{"contiguous", t},
                                          {"transposed", t.narrow(0, 0, n - 77).view({-1, 64}).t()}}) {
-          const std::string what = std::string(c10::toString(dtype)) + " " + name + ", " + std::to_string(threads) + " threads";
+          const std::string what =
+              std::string(c10::toString(dtype)) + " " + name + ", " + std::to_string(threads) + " threads";
           TensorStats got, alone;
           int threads_used = 0;
           ASSERT_EQ(sentinel::stats::compute_across_threads(view, got, &threads_used), Readability::Read) << what;

@@ -146,7 +146,7 @@ void Watchdog::Impl::end_batch_locked(std::unique_lock<std::mutex>& lock) {
   resolve_deferred(lock);  // the batch's deferred frames: detection before the batch is over
   snapshot_trace_locked(/*next_batch=*/false);
   const int64_t finished = batches.current();
-  clear_stats_cache_locked();  // releases the weak references
+  clear_stats_cache_locked();  // releases the version counters its entries hold
   // Inference (nothing recorded for autograd): the step ends with its batch. Training: it ends
   // after the backward (check_parameter_gradients) or when the next batch begins.
   if (forward_ops.empty()) close_step_locked();

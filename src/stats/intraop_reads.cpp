@@ -27,7 +27,8 @@ namespace {
 constexpr int64_t kMinPartBytes = int64_t{512} << 10;
 // Parts start on whole vector chunks of the kernel.
 constexpr int64_t kPartAlignment = 1024;
-// On the stack: a read allocates nothing (docs/benchmarks.md: what a step's allocations cost).
+// On the stack: a read allocates nothing (small allocations made during a step can keep malloc
+// from joining its freed buffers: docs/benchmarks.md, "Hugging Face's Trainer").
 constexpr int64_t kMaxParts = 64;
 
 bool is_floating(c10::ScalarType s) {

@@ -304,6 +304,14 @@ TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
   expect_equal(s, oracle(columns), "column slice");
   sentinel::stats::compute_across_threads(torch::randn({1000}), s, &threads_used);
   EXPECT_EQ(threads_used, 1);
+  // Tensors it cannot read, large or not, say why as compute() does.
+  const std::vector<torch::Tensor> unreadable = {
+      torch::Tensor(), torch::ones({2, 2}).to_sparse(), torch::empty({1 << 22}, torch::device(torch::kMeta)),
+      torch::ones({1 << 20}, torch::kComplexFloat), torch::ones({0, 1 << 20})};
+  for (const auto& t : unreadable) {
+    TensorStats alone;
+    EXPECT_EQ(sentinel::stats::compute_across_threads(t, s), sentinel::stats::compute(t, alone));
+  }
 }
 
 }  // namespace

@@ -11,21 +11,14 @@
 
 #include "device/stats_device.h"
 #include "fp8/fp8_probe.h"
+#include "stats/tensor_stats.h"
 
 namespace sentinel {
 namespace device {
 namespace {
 
 void add_into(SlotResult& into, const SlotResult& r) {
-  TensorStats& s = into.stats;
-  s.count += r.stats.count;
-  s.nan += r.stats.nan;
-  s.pos_inf += r.stats.pos_inf;
-  s.neg_inf += r.stats.neg_inf;
-  s.zeros += r.stats.zeros;
-  s.subnormal += r.stats.subnormal;
-  s.abs_min = std::min(s.abs_min, r.stats.abs_min);
-  s.abs_max = std::max(s.abs_max, r.stats.abs_max);
+  stats::merge_part(r.stats, into.stats);
   into.headroom.fp16_overflow += r.headroom.fp16_overflow;
   into.headroom.fp16_underflow += r.headroom.fp16_underflow;
   into.headroom.bf16_overflow += r.headroom.bf16_overflow;

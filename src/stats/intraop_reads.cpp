@@ -39,7 +39,10 @@ bool is_floating(c10::ScalarType s) {
 
 Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used) {
   if (threads_used) *threads_used = 1;
-  if (compute_readability(t) != Readability::Read || !is_floating(t.scalar_type()) ||
+  // Every op's small results come this way: the cheap tests first, and compute() alone (with its
+  // own readability check) for a tensor too small to split.
+  if (!t.defined() || t.is_nested() || t.layout() != c10::kStrided || !is_floating(t.scalar_type()) ||
+      t.numel() * t.element_size() < 2 * kMinPartBytes || compute_readability(t) != Readability::Read ||
       !t.is_non_overlapping_and_dense() || at::in_parallel_region()) {
     return compute(t, out);
   }

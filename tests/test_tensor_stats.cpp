@@ -314,4 +314,50 @@ TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
   }
 }
 
+TEST(Stats, ListsOfTensorsReadTogetherMatchTheOracle) {
+  const int threads_before = at::get_num_threads();
+  struct RestoreThreads {
+    int n;
+    ~RestoreThreads() { at::set_num_threads(n); }
+  } restore{threads_before};
+  torch::manual_seed(17);
+  // An optimizer's list (a large tensor among small ones), every dtype, views, and what is not read.
+  std::vector<torch::Tensor> list = {torch::randn({300000}), torch::randn({64, 48}).t(),
+                                     torch::randn({2048, 100}).slice(1, 0, 90), torch::Tensor(),
+                                     torch::ones({0, 3}), torch::arange(1000), torch::ones({4}, torch::kComplexFloat)};
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+    for (int i = 0; i < 12; ++i) list.push_back(torch::randn({i * 20000 + 5}).to(dtype));
+  }
+  list[9][7] = std::numeric_limits<float>::infinity();
+  list[30][2] = std::nan("");
+  list[20][0] = 0.0;
+  for (int threads : {2, 3}) {
+    at::set_num_threads(threads);
+    at_every_simd_level([&] {
+      std::vector<TensorStats> got(list.size());
+      std::vector<Readability> readability(list.size());
+      int threads_used = 0;
+      sentinel::stats::compute_many(list, got.data(), readability.data(), &threads_used);
+      EXPECT_EQ(threads_used, threads);
+      for (size_t i = 0; i < list.size(); ++i) {
+        const std::string what = "tensor " + std::to_string(i) + ", " + std::to_string(threads) + " threads";
+        TensorStats alone;
+        const Readability expected = sentinel::stats::compute(list[i], alone);
+        ASSERT_EQ(readability[i], expected) << what;
+        if (expected != Readability::Read) continue;
+        expect_equal(got[i], list[i].is_floating_point() ? oracle(list[i]) : alone, what);
+      }
+    });
+  }
+  // Inside a parallel region, or with too little to share, one thread reads them all.
+  at::set_num_threads(2);
+  std::vector<torch::Tensor> small = {torch::randn({100}), torch::randn({200})};
+  std::vector<TensorStats> got(small.size());
+  std::vector<Readability> readability(small.size());
+  int threads_used = 0;
+  sentinel::stats::compute_many(small, got.data(), readability.data(), &threads_used);
+  EXPECT_EQ(threads_used, 1);
+  expect_equal(got[1], oracle(small[1]), "small");
+}
+
 }  // namespace

@@ -87,6 +87,7 @@ struct ThreadState {
     const frames::FrameRecord* frame = nullptr;  // set while its end callback runs
     std::string op, overload;
     std::vector<c10::IValue> inputs;
+    std::vector<uint32_t> written_versions;  // of the arguments it writes and does not return
     c10::ArrayRef<c10::IValue> outputs;
     bool in_place = false;
   } ending_op;

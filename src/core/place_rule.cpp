@@ -138,7 +138,7 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   for (int i = 0; i < f.entry_count; ++i) {
     const EntryRecord& e = f.entries[i];
     if (e.role != Role::Output || e.storage == 0 || e.state != EntryState::Read) continue;
-    const bool in_place = shares_an_argument(f, e.storage);
+    const bool in_place = e.written_argument || shares_an_argument(f, e.storage);
     // An argument handed back as a result (no write) holds what it held: judged where it was read.
     if (in_place && !f.writes_arguments) continue;
     if (!in_place) made_in_batch_[e.storage] = here;

@@ -18,6 +18,7 @@
 #include "core/uninitialized_ops.h"
 #include "overlap/pure_ops.h"
 #include "core/watchdog_impl.h"
+#include "core/written_arguments.h"
 #include "stats/tensor_stats.h"
 
 namespace sentinel {
@@ -77,6 +78,11 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
     for (const auto& a : args) writes_an_argument = writes_an_argument || (a.alias_info() && a.alias_info()->isWrite());
     info.pure = !writes_an_argument && overlap::writes_only_results(fn.name());
     info.writes = writes_an_argument;
+    // A collective's writes land after it returns: there is nothing to read at its end.
+    info.written_unreturned = info.collective ? 0 : core::written_unreturned(*schema);
+    if (info.written_unreturned != 0) {
+      for (const auto& a : args) info.argument_names.push_back(strings.intern(a.name()));
+    }
   } else {
     const std::string name = fn.name();
     info.writes = !name.empty() && name.back() == '_';  // no schema: ATen's in-place spelling
@@ -110,6 +116,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     }
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
+    read_ahead(list.vec());
     for (size_t j = 0; j < list.size(); ++j) {
       // A parameter handed in a list (a class token concatenated to the patches) is still named.
       const at::Tensor t = list.get(j);
@@ -138,6 +145,7 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     } else if (v.isTensorList()) {
       any_tensor = true;
       auto list = v.toTensorList();
+      read_ahead(list.vec());
       for (size_t j = 0; j < list.size(); ++j) {
         EntryRecord e = read_entry(f, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom());
         e.path = storage_name(list.get(j));
@@ -188,7 +196,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   const OpInfo& info = op_info(fn, name_id);
   // A collective's writes bump no version counter: every read kept so far may be of a tensor it
   // is about to overwrite.
-  if (info.collective) readers.cpu.cache().clear();
+  if (info.collective) forget_reads();
   if (info.skip) {
     // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
     // the module whose parameter it views.
@@ -289,11 +297,12 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   readers.beside.set_active(false);
   readers.beside.start(f);
 
-  if (dumps_on_trip() || factors != 0) {
+  if (dumps_on_trip() || factors != 0 || info.written_unreturned != 0) {
     auto& held = ts.ending_op.inputs;
     held.clear();
     held.insert(held.end(), inputs.begin(), inputs.end());
   }
+  if (info.written_unreturned != 0) note_written_versions(inputs, info, ts.ending_op.written_versions);
 
   // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
   if (fn.seq_nr() >= 0) forward_ops[fn.seq_nr()] = ForwardOp{f.place, f.op, f.attribution};
@@ -313,6 +322,9 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
     outputs = outputs.slice(outputs.size() - num_returns);
   }
   add_outputs(f, outputs, any_tensor);
+  if (f.op_key < op_infos.size() && op_infos[f.op_key].written_unreturned != 0) {
+    add_written_arguments(f, ts.ending_op.inputs, op_infos[f.op_key], ts.ending_op.written_versions, any_tensor);
+  }
   if (f.factors_deferred) settle_factors(f, ts.ending_op.inputs);
   if (outputs.empty() && torchscript::is_fusion_group_name(strings.at(f.op).c_str())) {
     // A fused group kept (Options::keep_torchscript_fusion) still shows where it ran.

@@ -21,6 +21,11 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
   return e;
 }
 
+void Watchdog::Impl::read_ahead(c10::ArrayRef<at::Tensor> tensors) {
+  // (Inside compiled code nothing read earlier is reused: reads_reusable.)
+  if (tensors.size() >= 2 && reads_reusable()) readers.cpu.cache().read_ahead(tensors);
+}
+
 void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current) {
   if (!lock.owns_lock()) lock.lock();
   core::DeviceReader& reader = readers.device;

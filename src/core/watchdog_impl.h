@@ -51,6 +51,10 @@ struct OpInfo {
   bool pure = false;  // writes nothing but its results: its inputs may be read beside it
   bool writes = false;  // writes into an argument (in place, out=): a result sharing an argument's memory is a write
   bool collective = false;  // writes its tensors after it returns, unannounced (core/uninitialized_ops.h)
+  // Bit i: argument i is written in place and is not a result (core::written_unreturned): read
+  // again at the op's end, labelled by its name or its argument's, argument_names (interned).
+  uint64_t written_unreturned = 0;
+  std::vector<uint32_t> argument_names;
 };
 
 using core::GemmOperand;
@@ -162,7 +166,8 @@ struct Watchdog::Impl final : capture::Session {
   // without version bumps, as the compiled forward's do.
   int compiled_backward_nodes = 0;
   bool reads_reusable() const { return !inside_compiled_code && compiled_backward_nodes == 0; }
-  // Drops every read kept: what compiled code may have written since is read again.
+  // Drops every read kept: what compiled code, a collective or a fused optimizer wrote without a
+  // version count is read again.
   void forget_reads();
   bool compiler_running = false;      // set_compiler_running: ops make no frame
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
@@ -186,6 +191,14 @@ struct Watchdog::Impl final : capture::Session {
   void add_input(frames::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
                  bool gemm_operand, const core::ParamRef* param);
   void add_outputs(frames::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
+  // The arguments of OpInfo::written_unreturned, held since the op's start, read as results
+  // (src/core/written_arguments.cpp).
+  void add_written_arguments(frames::FrameRecord& f, const std::vector<c10::IValue>& inputs, const OpInfo& info,
+                             const std::vector<uint32_t>& versions_at_start, bool& any_tensor);
+  // Their version counters at the op's start.
+  void note_written_versions(c10::ArrayRef<c10::IValue> inputs, const OpInfo& info, std::vector<uint32_t>& versions);
+  uint32_t written_label(const at::Tensor& t, const core::ParamRef* param, const frames::FrameRecord& f,
+                         const OpInfo& info, size_t position, int sub);
   // The place of an op inside module scopes; `module`: the innermost module's own place.
   uint32_t scope_place(capture::ThreadState& ts, uint32_t& module);
   // Options::strict's rule, or the place rule (kept in `place_rule`).
@@ -220,6 +233,9 @@ struct Watchdog::Impl final : capture::Session {
   // The entry of one tensor, by the reader `readers` picks for it (src/core/entry_reader.h):
   // on its device (deferred), beside its op, or on the CPU through the batch's cache. `gemm`
   // (optional) adds the FP8 probe of the frame's slot and the collections' menu to the same read.
+  // The CPU tensors of one op's list read at once, split between ATen's threads, before their
+  // entries are made (frames::StatsCache::read_ahead).
+  void read_ahead(c10::ArrayRef<at::Tensor> tensors);
   // `reuse_reads` false: read `t` even if its memory was read in this batch and looks unchanged
   // (the user's code, a collective, may have written it without LibTorch knowing).
   frames::EntryRecord read_entry(frames::FrameRecord& f, const at::Tensor& t, frames::Role role, int index, int sub,

@@ -25,6 +25,9 @@ struct EntryRecord {
   int8_t dtype = -1;        // c10::ScalarType
   uint8_t skip_reason = 0;  // stats::Readability when Skipped
   bool has_headroom = false;
+  // An output that is an argument's new values, written in place and not returned
+  // (core::written_unreturned): a write into that argument, whether or not its input entry was kept.
+  bool written_argument = false;
   HeadroomCounts headroom;
   int64_t pending_slot = -1;  // read on a device: the result slot its numbers will come back in
   // The tensor's storage (its identity while it lives; 0: none): which module made the values an

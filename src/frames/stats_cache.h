@@ -8,6 +8,8 @@
 // large ones across ATen's threads (stats::compute_across_threads).
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "frames/tensor_memory.h"
 #include "stats/tensor_stats.h"
 
@@ -42,6 +44,24 @@ class StatsCache {
       reads_.insert(t, version, Read{stats, r});
     }
   }
+  // Reads those of `tensors` not held already at once, split between ATen's threads, and keeps
+  // what they hold (one op's list of tensors: their entries then find them here).
+  void read_ahead(c10::ArrayRef<at::Tensor> tensors) {
+    ahead_.clear();
+    for (const auto& t : tensors) {
+      if (cacheable(t) && !reads_.find(t, version_of(t))) ahead_.push_back(t);
+    }
+    if (ahead_.size() >= 2) {
+      ahead_stats_.resize(ahead_.size());
+      ahead_readability_.resize(ahead_.size());
+      stats::compute_many(ahead_, ahead_stats_.data(), ahead_readability_.data());
+      for (size_t i = 0; i < ahead_.size(); ++i) {
+        reads_.drop_dead_tensors_when_due();
+        reads_.insert(ahead_[i], version_of(ahead_[i]), Read{ahead_stats_[i], ahead_readability_[i]});
+      }
+    }
+    ahead_.clear();  // holds no tensor alive
+  }
   void clear() { reads_.clear(); }
   // Drops every entry except those of the tensors tensor_of(item) for the items of `keep`
   // (parameters kept across batches, Options::reuse_unchanged_parameter_reads). A kept entry is
@@ -69,6 +89,10 @@ class StatsCache {
   }
   MemoryMap<Read> reads_;
   size_t hits_ = 0;
+  // read_ahead's, kept for their capacity: no allocation per op.
+  std::vector<at::Tensor> ahead_;
+  std::vector<TensorStats> ahead_stats_;
+  std::vector<stats::Readability> ahead_readability_;
 };
 
 }  // namespace frames

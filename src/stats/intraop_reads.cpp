@@ -35,6 +35,12 @@ bool is_floating(c10::ScalarType s) {
   return s == c10::kFloat || s == c10::kDouble || s == c10::kHalf || s == c10::kBFloat16;
 }
 
+// What a read of `t` passes over, for sharing reads out (0 for what compute() does not read).
+int64_t bytes_to_read(const at::Tensor& t) {
+  return t.defined() && !t.is_nested() && t.layout() == c10::kStrided && !t.is_meta() ? t.numel() * t.element_size()
+                                                                                         : 0;
+}
+
 }  // namespace
 
 Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used) {
@@ -67,6 +73,37 @@ Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* t
     *threads_used = static_cast<int>(std::unique(reader.begin(), reader.begin() + parts) - reader.begin());
   }
   return Readability::Read;
+}
+
+void compute_many(c10::ArrayRef<at::Tensor> tensors, TensorStats* out, Readability* readability, int* threads_used) {
+  if (threads_used) *threads_used = 1;
+  const int64_t n = static_cast<int64_t>(tensors.size());
+  int64_t total = 0;
+  for (const auto& t : tensors) total += bytes_to_read(t);
+  const int64_t parts = std::min({int64_t{at::get_num_threads()}, n, total / kMinPartBytes, kMaxParts});
+  if (parts < 2 || at::in_parallel_region()) {
+    for (int64_t i = 0; i < n; ++i) readability[i] = compute_across_threads(tensors[i], out[i]);
+    return;
+  }
+  // Part p: the tensors whose first byte lies in [total * p / parts, total * (p + 1) / parts).
+  std::array<int64_t, kMaxParts + 1> first;
+  int64_t at_byte = 0, part = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    while (part < parts && at_byte >= total * part / parts) first[part++] = i;
+    at_byte += bytes_to_read(tensors[i]);
+  }
+  while (part <= parts) first[part++] = n;
+  std::array<int, kMaxParts> reader;
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      for (int64_t i = first[p]; i < first[p + 1]; ++i) readability[i] = compute(tensors[i], out[i]);
+      reader[p] = at::get_thread_num();
+    }
+  });
+  if (threads_used) {
+    std::sort(reader.begin(), reader.begin() + parts);
+    *threads_used = static_cast<int>(std::unique(reader.begin(), reader.begin() + parts) - reader.begin());
+  }
 }
 
 }  // namespace stats

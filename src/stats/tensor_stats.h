@@ -7,6 +7,7 @@
 #include <string>
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 
 namespace at {
 class Tensor;
@@ -58,6 +59,13 @@ Readability compute(const at::Tensor& t, TensorStats& out);
 // team of threads beside ATen's).
 // `threads_used`, when given, is set to the number of threads that read a part (1 when not split).
 Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used = nullptr);
+
+// compute() of each of `tensors` into out[i] and readability[i], the tensors split between
+// ATen's intra-op threads in contiguous runs of about equal bytes (one op's list of tensors: a
+// foreach or fused optimizer's). For the watching thread, as compute_across_threads.
+// `threads_used`, when given, is set to the number of threads that read a part (1 when not split).
+void compute_many(c10::ArrayRef<at::Tensor> tensors, TensorStats* out, Readability* readability,
+                  int* threads_used = nullptr);
 
 // The statistics of elements [begin, end) of a dense floating tensor, in memory order (its span,
 // whatever its strides): one part of compute_across_threads' read.

@@ -14,10 +14,21 @@ def deep(layers=8):
     return nn.Sequential(*[nn.Linear(6, 6) for _ in range(layers)])
 
 
-@pytest.mark.parametrize("foreach", [False, True])
-def test_a_huge_gradient_that_makes_adams_exp_avg_sq_inf_is_named_with_parameter_and_element(foreach):
+# torch.optim's three implementations, and the op of each that writes exp_avg_sq. The foreach and
+# fused ops write their arguments in place and return nothing; the fused one does not even count
+# a version.
+IMPLEMENTATIONS = {
+    "per_tensor": ({"foreach": False}, "aten::addcmul_"),
+    "foreach": ({"foreach": True}, "aten::_foreach_addcmul_"),
+    "fused": ({"fused": True}, "aten::_fused_adam_"),
+}
+
+
+@pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
+def test_a_huge_gradient_that_makes_adams_exp_avg_sq_inf_is_named_with_parameter_and_element(implementation):
+    choice, writer = IMPLEMENTATIONS[implementation]
     model = deep()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=foreach)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, **choice)
     w = Watch(model, max_frames_to_save=50)
     w.watch_optimizer(optimizer)
     x = torch.randn(4, 6)
@@ -31,6 +42,7 @@ def test_a_huge_gradient_that_makes_adams_exp_avg_sq_inf_is_named_with_parameter
                 optimizer.zero_grad()
     report = caught.value.report
     assert report.batch_number == 2
+    assert report.trigger.op == writer  # the op that wrote it, not the next one to read it
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the weights stay finite
     labels = [e.label for e in report.trigger.entries if e.stats.nan or e.stats.pos_inf or e.stats.neg_inf]
     assert "7.weight.exp_avg_sq" in labels, (report.trigger.op, [e.label for e in report.trigger.entries])
@@ -51,4 +63,24 @@ def test_a_full_frame_keeps_the_non_finite_entry_over_finite_ones():
     assert trigger.entries_omitted > 0
     kept = [e.label for e in trigger.entries if e.stats.nan]
     assert "input[0][25]" in kept and "output[0][25]" in kept, [e.label for e in trigger.entries]
+    w.close()
+
+
+def test_reads_from_before_a_fused_step_are_not_taken_for_the_weights_new_values():
+    # The fused step writes the weights without counting a version: a view of a weight read before
+    # it, read again after it (the same memory, the same version), shows the new values.
+    model = deep(1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=10.0, fused=True)
+    w = Watch(model, max_frames_to_save=50)
+    w.watch_optimizer(optimizer)
+    weight = model[0].weight
+    with w.batch():
+        model(torch.randn(4, 6)).sum().backward()
+        version = weight._version
+        torch.abs(weight[:2])
+        optimizer.step()
+        assert weight._version == version  # what makes this case: no version count
+        torch.abs(weight[:2])
+    before, after = [f.entries[0].stats.abs_max for f in w.saved_frames() if f.op == "aten::abs"]
+    assert after == weight[:2].detach().abs().max().item() != before
     w.close()

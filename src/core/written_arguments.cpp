@@ -1,0 +1,115 @@
+// Arguments an op writes in place without returning them: the optimizers' fused and foreach ops
+// (`_fused_adamw_(Tensor(a!)[] self, Tensor(b!)[] grads, Tensor(c!)[] exp_avgs, ...) -> ()`,
+// `_foreach_addcmul_(...) -> ()`), AMP's unscaling. Their results are those arguments' new
+// values, and nothing else shows them: without reading them again at the op's end, an inf that
+// Adam's fused step writes into `exp_avg_sq` would be seen only by the next op to read it (a
+// foreach step's next op, the next step's optimizer), or never (tests/python/test_optimizer_step.py).
+#include <ATen/core/Tensor.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+#include <fmt/core.h>
+
+#include <vector>
+
+#include "core/entry_builder.h"
+#include "core/watchdog_impl.h"
+#include "core/written_arguments.h"
+
+namespace sentinel {
+
+using frames::EntryRecord;
+using frames::FrameRecord;
+using frames::Role;
+
+namespace core {
+
+uint64_t written_unreturned(const c10::FunctionSchema& schema) {
+  uint64_t bits = 0;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && i < 64; ++i) {
+    const c10::AliasInfo* written = args[i].alias_info();
+    if (written == nullptr || !written->isWrite()) continue;
+    // A list's annotation (`Tensor(a!)[]`) names no set of its own: never matched by a result.
+    bool returned = false;
+    for (const auto& r : schema.returns()) {
+      const c10::AliasInfo* result = r.alias_info();
+      if (result == nullptr) continue;
+      for (const auto& set : written->beforeSets()) returned = returned || result->beforeSets().count(set) > 0;
+    }
+    if (!returned) bits |= uint64_t{1} << i;
+  }
+  return bits;
+}
+
+}  // namespace core
+
+uint32_t Watchdog::Impl::written_label(const at::Tensor& t, const core::ParamRef* param, const FrameRecord& f,
+                                       const OpInfo& info, size_t position, int sub) {
+  if (const uint32_t named = storage_name(t)) return named;  // an optimizer's state: "0.weight.exp_avg_sq"
+  if (param) {
+    // By the name a report's reader finds it under: relative to the frame's module, as inputs are.
+    if (param->place == f.place) return param->name;
+    const std::string module = places.path(param->place);
+    return module.empty() ? param->name : strings.intern(module + "." + strings.at(param->name));
+  }
+  const std::string& argument = strings.at(info.argument_names.at(position));
+  return strings.intern(sub >= 0 ? fmt::format("{}[{}]", argument, sub) : argument);
+}
+
+namespace {
+
+// Calls f(tensor) for each tensor of the written arguments, in order.
+template <typename F>
+void for_each_written(c10::ArrayRef<c10::IValue> inputs, uint64_t written, F&& f) {
+  for (size_t i = 0; i < inputs.size() && i < 64; ++i) {
+    if (((written >> i) & 1) == 0) continue;
+    if (inputs[i].isTensor()) {
+      f(inputs[i].toTensor(), i, -1);
+    } else if (inputs[i].isTensorList()) {
+      const auto list = inputs[i].toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) f(list.get(j), i, static_cast<int>(j));
+    }
+  }
+}
+
+uint32_t counted_version(const at::Tensor& t) { return frames::keyed_memory(t) ? frames::version_of(t) : 0; }
+
+}  // namespace
+
+void Watchdog::Impl::note_written_versions(c10::ArrayRef<c10::IValue> inputs, const OpInfo& info,
+                                           std::vector<uint32_t>& versions) {
+  versions.clear();
+  for_each_written(inputs, info.written_unreturned,
+                   [&](const at::Tensor& t, size_t, int) { versions.push_back(counted_version(t)); });
+}
+
+void Watchdog::Impl::add_written_arguments(FrameRecord& f, const std::vector<c10::IValue>& inputs, const OpInfo& info,
+                                           const std::vector<uint32_t>& versions_at_start, bool& any_tensor) {
+  // The fused optimizers write without counting a version (torch.optim's `fused=True`): the reads
+  // kept from before the op, of these tensors and of any view of them, would be taken for their
+  // new values. Every read kept is forgotten then, as after a collective.
+  bool uncounted = false;
+  size_t k = 0;
+  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t, int) {
+    uncounted = uncounted || (frames::keyed_memory(t) && k < versions_at_start.size() &&
+                              versions_at_start[k] == counted_version(t));
+    ++k;
+  });
+  if (uncounted) forget_reads();
+  // Nothing read before the op is reused now: a counted write changed the version, an uncounted
+  // one had every read forgotten.
+  std::vector<at::Tensor> written;
+  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t, int) { written.push_back(t); });
+  read_ahead(written);
+  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t position, int sub) {
+    if (!t.defined()) return;
+    any_tensor = true;
+    const core::ParamRef* param = index->find_param(t);
+    EntryRecord e = read_entry(f, t, Role::Output, static_cast<int>(position), sub, opts.headroom());
+    e.path = written_label(t, param, f, info, position, sub);
+    e.written_argument = true;
+    f.add(e);
+  });
+}
+
+}  // namespace sentinel

@@ -98,6 +98,7 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   if (f.direction != static_cast<uint8_t>(Direction::Forward) || !f.in_model) {
     j.error = !f.finite();
     if (!j.error || f.direction != static_cast<uint8_t>(Direction::Forward)) return j;
+    if (from_constants(f)) return judge_from_constants(f);
     for (int i = 0; i < f.entry_count; ++i) {
       const EntryRecord& e = f.entries[i];
       if (e.role == Role::Output || !nonfinite_read(e)) continue;
@@ -165,6 +166,53 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   }
   // A recomputed op makes again what the forward made, and was counted then.
   if (any_tolerated && !j.error && !f.recomputed) count(f);
+  return j;
+}
+
+bool PlaceRule::from_constants(const FrameRecord& f) const {
+  if (f.inputs_finite) return false;  // made non-finite here from finite inputs: an overflow
+  bool seen = false;
+  for (int i = 0; i < f.entry_count; ++i) {
+    const EntryRecord& e = f.entries[i];
+    if (e.role == Role::Output || !nonfinite_read(e)) continue;
+    seen = true;
+    if (e.program_constant) continue;
+    const auto it = e.storage != 0 ? tolerated_values_.find(e.storage) : tolerated_values_.end();
+    if (it == tolerated_values_.end() || !it->second.from_constant) return false;
+  }
+  return seen;  // (non-finite inputs beyond the entries kept: nothing says where they came from)
+}
+
+DetectionPolicy::Judgement PlaceRule::judge_from_constants(const FrameRecord& f) {
+  Judgement j;
+  std::shared_ptr<const FrameRecord> made_by;  // of the values made from constants this op reads
+  for (int i = 0; i < f.entry_count && !made_by; ++i) {
+    const EntryRecord& e = f.entries[i];
+    if (e.role == Role::Output || !nonfinite_read(e) || e.program_constant) continue;
+    if (const auto it = tolerated_values_.find(e.storage); it != tolerated_values_.end()) made_by = it->second.by;
+  }
+  bool any_tolerated = false;
+  for (int i = 0; i < f.entry_count; ++i) {
+    const EntryRecord& e = f.entries[i];
+    if (e.role != Role::Output || e.state != EntryState::Read) continue;
+    const bool in_place = e.written_argument || (f.writes_arguments && shares_an_argument(f, e.storage));
+    if (e.stats.finite()) {
+      if (!in_place && e.storage != 0) tolerated_values_.erase(e.storage);
+      continue;
+    }
+    if (in_place || e.storage == 0) {
+      j.error = true;
+      j.escape = Escape::Written;
+      j.made_by = made_by;
+      return j;
+    }
+    any_tolerated = true;
+    Made& value = tolerated_values_[e.storage];
+    value.place = f.module_place;
+    value.by = made_by ? made_by : std::make_shared<const FrameRecord>(f);
+    value.from_constant = true;
+  }
+  if (any_tolerated) count(f);
   return j;
 }
 

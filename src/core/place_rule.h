@@ -51,7 +51,16 @@ class PlaceRule final : public DetectionPolicy {
     std::shared_ptr<const frames::FrameRecord> by;  // the op that first made it non-finite
     // An allow_nonfinite pattern let `place` return it: it is its caller's value now.
     bool handed_up = false;
+    // Made outside the model from the program's own constants (judge_from_constants).
+    bool from_constant = false;
   };
+  // An op outside the model whose inf/nan inputs are all the program's constants (a Python
+  // `float("inf")`) or values made from them: clip_grad_norm_(parameters, inf), as Trainer calls it
+  // for its logs, computes inf / norm and clamps it to 1. Its non-finite results are tolerated
+  // until they are written into a tensor the op did not make (a gradient, a parameter), where they
+  // are an error; an overflow from finite inputs outside the model is an error at once, as before.
+  bool from_constants(const frames::FrameRecord& f) const;
+  Judgement judge_from_constants(const frames::FrameRecord& f);
   // The path of the module a value belongs to.
   std::string owner_path(const Made& m) const;
   // Whether ops of `reader` may read the value (its owner's or inside it), and whether the value

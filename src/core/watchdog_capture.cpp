@@ -110,6 +110,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
                                read_as_operand ? &gemm : nullptr);
     if (param) e.param_name = param->name;
     else e.path = storage_name(t);
+    e.program_constant = t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number();
     f.add(e);
     if (gemm_operand && observers.dumper().wants(f.batch_number, places.path(f.place))) {
       observers.dumper().save(t, places.path(f.place), fp8::role_name(gemm.role), f.batch_number, opts.output());

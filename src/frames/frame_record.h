@@ -28,6 +28,9 @@ struct EntryRecord {
   // An output that is an argument's new values, written in place and not returned
   // (core::written_unreturned): a write into that argument, whether or not its input entry was kept.
   bool written_argument = false;
+  // A number the program passed as a Python scalar (a wrapped number, `max_norm=inf`): an inf or
+  // NaN it holds is the program's own constant, not a value that overflowed.
+  bool program_constant = false;
   HeadroomCounts headroom;
   int64_t pending_slot = -1;  // read on a device: the result slot its numbers will come back in
   // The tensor's storage (its identity while it lives; 0: none): which module made the values an

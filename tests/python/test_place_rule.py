@@ -412,3 +412,32 @@ def test_the_ops_inside_a_custom_autograd_function_are_watched_and_its_backward_
     assert caught.value.report.trigger.direction == "backward"
     assert [r["op"] for r in debug.tolerated()] == ["aten::exp"]
     debug.close()
+
+
+def test_an_inf_the_program_passes_as_a_number_is_its_own_until_it_is_written_into_a_gradient():
+    # clip_grad_norm_(parameters, inf), as Trainer calls it for its logs, computes inf / norm and
+    # clamps it to 1: the inf is the program's constant, not an overflow.
+    model = nn.Linear(4, 3)
+    debug = DebugUnderflowOverflow(model)
+    with debug.batch():
+        model(torch.randn(2, 4)).sum().backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+        assert torch.isfinite(norm)
+        scaled = torch.ones(3) * float("inf")  # values made from it, outside the model, run on
+        (scaled - scaled).clamp(0, 1)
+    assert debug.report is None
+    rows = {r["op"]: r for r in debug.tolerated()}
+    assert rows["aten::mul"]["pos_inf"] >= 3 and rows["aten::sub"]["nan"] == 3, rows
+    debug.close()
+    # Written into a gradient, such a value is an error; so is an overflow from finite inputs.
+    for poison, op in ((lambda: model.weight.grad.mul_(float("inf")), "aten::mul_"),
+                       (lambda: model.weight.grad.copy_(torch.zeros_like(model.weight) * float("nan")), "aten::copy_"),
+                       (lambda: torch.full((2,), 1e30) * torch.full((2,), 1e30), "aten::mul")):
+        model.zero_grad()  # (the case before left its gradient poisoned)
+        debug = DebugUnderflowOverflow(model)
+        with pytest.raises(NonFiniteError) as caught:
+            with debug.batch():
+                model(torch.randn(2, 4)).sum().backward()
+                poison()
+        assert caught.value.report.trigger.op == op
+        debug.close()

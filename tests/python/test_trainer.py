@@ -165,6 +165,23 @@ def test_with_clipping_on_a_non_finite_gradient_norm_is_named_and_the_optimizer_
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+def test_with_clipping_off_training_runs_on_and_a_huge_gradient_still_stops_at_the_norm(tmp_path):
+    # Trainer then computes the norm for its logs as clip_grad_norm_(parameters, inf): inf / norm,
+    # clamped to 1, multiplies every gradient. Trainer's default optimizer is the fused AdamW.
+    model = gpt2()
+    trainer = transformers.Trainer(model=model, args=arguments(tmp_path, max_grad_norm=0.0, max_steps=3),
+                                   train_dataset=samples(12), callbacks=[SentinelCallback()])
+    assert trainer.args.optim == transformers.training_args.OptimizerNames.ADAMW_TORCH_FUSED
+    with contextlib.redirect_stdout(io.StringIO()):
+        trainer.train()
+    assert trainer.state.global_step == 3
+    planted = transformers.Trainer(model=gpt2(), args=arguments(tmp_path / "planted", max_grad_norm=0.0),
+                                   train_dataset=samples(12), callbacks=[SentinelCallback(), PlantGradient(2)])
+    with contextlib.redirect_stdout(io.StringIO()), pytest.raises(NonFiniteError) as caught:
+        planted.train()
+    assert caught.value.report.batch_number == 2 and caught.value.report.gradient_norm_nonfinite
+
+
 def test_bad_input_options_that_do_not_exist_and_dataparallel_get_clear_errors():
     with pytest.raises(TypeError, match="max_frame_to_save, no_such_option"):
         SentinelCallback(no_such_option=1, max_frame_to_save=3)

@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
+#include <vector>
+
 #include "stats/tensor_stats.h"
 
 namespace {
@@ -42,5 +44,29 @@ SENTINEL_READ_AFTER_OP(Gemm, AcrossThreads);
 SENTINEL_READ_AFTER_OP(Elementwise, None);
 SENTINEL_READ_AFTER_OP(Elementwise, OneThread);
 SENTINEL_READ_AFTER_OP(Elementwise, AcrossThreads);
+
+// Reading memory that is not in the core's cache: 32 MiB of float32 tensors (state(0) KiB each,
+// an optimizer's state or a step's parameters), after 64 MiB of other writes pushed them out
+// (`cold`), or read again at once (from L3). One thread, stats::compute per tensor
+// (docs/benchmarks.md, "Reading ahead").
+void BM_ReadTensors(benchmark::State& state, bool cold) {
+  const int64_t elements = state.range(0) * 256, count = (int64_t{32} << 20) / (elements * 4);
+  std::vector<at::Tensor> tensors;
+  for (int64_t i = 0; i < count; ++i) tensors.push_back(at::randn({elements}));
+  at::Tensor other = at::zeros({int64_t{16} << 20});
+  sentinel::TensorStats s;
+  for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      other.add_(1.0);
+      state.ResumeTiming();
+    }
+    for (const auto& t : tensors) sentinel::stats::compute(t, s);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetBytesProcessed(state.iterations() * count * elements * 4);
+}
+BENCHMARK_CAPTURE(BM_ReadTensors, cold, true)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReadTensors, warm, false)->Arg(256)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,14 +1,14 @@
 """What watching costs Hugging Face's Trainer: a small GPT-2 from `transformers` (4 layers, d_model
 256, 4 heads, vocabulary 1000; random weights from a config) trained on the CPU, batch 4 x 128
-tokens, AdamW, with clipping at 1.0 (Trainer's default): unwatched, with
+tokens, Trainer's default AdamW (fused), with clipping at 1.0 (Trainer's default): unwatched, with
 `debug="underflow_overflow"` and the sentinel's callback (overflow_sentinel.trainer), and with
 `debug="underflow_overflow"` alone (HF's own DebugUnderflowOverflow). Each case is one
 `trainer.train()` of --steps steps on a fresh model of the same weights, timed step by step (from
 one step's start to the next's: the whole loop, optimizer and Trainer's own work included); a
 case's time is the median of its steps after the first two (the watchdog's setup and first
-reads). The cases run back to back in a rotating order within each round (after one warm-up
-round); each round gives the ratios to the unwatched run, and the medians and quartiles over the
-rounds are printed.
+reads), and the optimizer step's own time is printed too. The cases run back to back in a
+rotating order within each round (after one warm-up round); each round gives the ratios to the
+unwatched run, and the medians and quartiles over the rounds are printed.
 
     OPENBLAS_NUM_THREADS=1 scripts/python.sh bench/trainer_gpt2.py [--rounds N] [--steps N]
 """
@@ -46,11 +46,22 @@ def dataset(n):
 
 
 class StepClock(transformers.TrainerCallback):
+    """Each step's start, and how long each optimizer step took (from on_pre_optimizer_step to
+    on_optimizer_step: the optimizer's own ops, and the watchdog's reads of what they wrote)."""
+
     def __init__(self):
         self.starts = []
+        self.optimizer = []
+        self._before_optimizer = None
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.starts.append(time.perf_counter())
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._before_optimizer = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.optimizer.append(time.perf_counter() - self._before_optimizer)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.starts.append(time.perf_counter())
@@ -67,7 +78,7 @@ def step_seconds(case, steps, data, output_dir):
     with contextlib.redirect_stdout(io.StringIO()):  # what Trainer prints at the end
         trainer.train()
     intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])]
-    return statistics.median(intervals[2:])
+    return statistics.median(intervals[2:]), statistics.median(clock.optimizer[2:])
 
 
 def main():
@@ -78,6 +89,7 @@ def main():
     data = dataset(BATCH * args.steps)
     ratios = {case: [] for case in CASES[1:]}
     seconds = {case: [] for case in CASES}
+    optimizer_seconds = {case: [] for case in CASES}
     with tempfile.TemporaryDirectory() as output_dir:
         for round_index in range(args.rounds + 1):
             order = CASES[round_index % 3:] + CASES[:round_index % 3]
@@ -85,13 +97,16 @@ def main():
             if round_index == 0:
                 continue  # warm-up
             for case in CASES:
-                seconds[case].append(took[case])
+                seconds[case].append(took[case][0])
+                optimizer_seconds[case].append(took[case][1])
             for case in CASES[1:]:
-                ratios[case].append(took[case] / took["unwatched"])
+                ratios[case].append(took[case][0] / took["unwatched"][0])
     print(f"Trainer, GPT-2 {LAYERS} layers d_model {MODEL}, batch {BATCH} x {SEQ}, {args.steps} steps per train(), "
           f"{args.rounds} rounds, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.get_num_threads()} threads")
     print(f"  unwatched: {statistics.median(seconds['unwatched']) * 1000:.1f} ms per step (median)")
+    print("  optimizer step (median ms): " +
+          ", ".join(f"{case} {statistics.median(optimizer_seconds[case]) * 1000:.2f}" for case in CASES))
     for case in CASES[1:]:
         q = statistics.quantiles(ratios[case], n=4) if len(ratios[case]) > 1 else ratios[case] * 3
         print(f"  {case:9s}: {statistics.median(seconds[case]) * 1000:.1f} ms per step, "

@@ -233,13 +233,13 @@ struct Watchdog::Impl final : capture::Session {
   // The entry of one tensor, by the reader `readers` picks for it (src/core/entry_reader.h):
   // on its device (deferred), beside its op, or on the CPU through the batch's cache. `gemm`
   // (optional) adds the FP8 probe of the frame's slot and the collections' menu to the same read.
-  // The CPU tensors of one op's list read at once, split between ATen's threads, before their
-  // entries are made (frames::StatsCache::read_ahead).
-  void read_ahead(c10::ArrayRef<at::Tensor> tensors);
   // `reuse_reads` false: read `t` even if its memory was read in this batch and looks unchanged
   // (the user's code, a collective, may have written it without LibTorch knowing).
   frames::EntryRecord read_entry(frames::FrameRecord& f, const at::Tensor& t, frames::Role role, int index, int sub,
                                bool headroom, const GemmOperand* gemm = nullptr, bool reuse_reads = true);
+  // The CPU tensors of one op's list read at once, split between ATen's threads, before their
+  // entries are made (frames::StatsCache::read_ahead).
+  void read_ahead(c10::ArrayRef<at::Tensor> tensors);
   // The operand mask of a GEMM op (core::gemm_operands), cached by op-name id.
   uint32_t gemm_mask(uint32_t op);
   // Inside compiled code, the arguments of a matrix product left unread until its result is

@@ -58,7 +58,8 @@ uint32_t Watchdog::Impl::written_label(const at::Tensor& t, const core::ParamRef
 
 namespace {
 
-// Calls f(tensor) for each tensor of the written arguments, in order.
+// Calls f(tensor, argument's position, index in its list or -1) for each tensor of the written
+// arguments, in order.
 template <typename F>
 void for_each_written(c10::ArrayRef<c10::IValue> inputs, uint64_t written, F&& f) {
   for (size_t i = 0; i < inputs.size() && i < 64; ++i) {

@@ -45,6 +45,12 @@ TensorStats oracle(const torch::Tensor& t) {
   return s;
 }
 
+// ATen's intra-op thread count as it was, once a test that sets it ends.
+struct RestoreThreads {
+  int threads = at::get_num_threads();
+  ~RestoreThreads() { at::set_num_threads(threads); }
+};
+
 void expect_equal(const TensorStats& got, const TensorStats& want, const std::string& what) {
   EXPECT_EQ(got.count, want.count) << what;
   EXPECT_EQ(got.nan, want.nan) << what;
@@ -256,11 +262,7 @@ TEST(Stats, UnreadableTensorsSayWhy) {
 // wherever the specials fall (first and last element of each part), and the parts must really be
 // read by several threads (a build without OpenMP would read them one after another).
 TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
-  const int threads_before = at::get_num_threads();
-  struct RestoreThreads {
-    int n;
-    ~RestoreThreads() { at::set_num_threads(n); }
-  } restore{threads_before};
+  const RestoreThreads restore;
   torch::manual_seed(13);
   const double inf = std::numeric_limits<double>::infinity();
   for (int threads : {2, 3}) {
@@ -315,11 +317,7 @@ TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
 }
 
 TEST(Stats, ListsOfTensorsReadTogetherMatchTheOracle) {
-  const int threads_before = at::get_num_threads();
-  struct RestoreThreads {
-    int n;
-    ~RestoreThreads() { at::set_num_threads(n); }
-  } restore{threads_before};
+  const RestoreThreads restore;
   torch::manual_seed(17);
   // An optimizer's list (a large tensor among small ones), every dtype, views, and what is not read.
   std::vector<torch::Tensor> list = {torch::randn({300000}), torch::randn({64, 48}).t(),

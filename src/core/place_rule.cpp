@@ -170,7 +170,8 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
 }
 
 bool PlaceRule::from_constants(const FrameRecord& f) const {
-  if (f.inputs_finite) return false;  // made non-finite here from finite inputs: an overflow
+  // From finite tensors: an overflow, unless the op was handed a non-finite number to write.
+  if (f.inputs_finite) return f.nonfinite_constant;
   bool seen = false;
   for (int i = 0; i < f.entry_count; ++i) {
     const EntryRecord& e = f.entries[i];
@@ -200,13 +201,16 @@ DetectionPolicy::Judgement PlaceRule::judge_from_constants(const FrameRecord& f)
       if (!in_place && e.storage != 0) tolerated_values_.erase(e.storage);
       continue;
     }
-    if (in_place || e.storage == 0) {
+    // Written into what this batch's ops made (the model's logits, masked in place) it stays a
+    // value of the program's; into anything else (a gradient, a parameter, a state) it is an error.
+    if (e.storage == 0 || (in_place && made_in_batch_.count(e.storage) == 0)) {
       j.error = true;
       j.escape = Escape::Written;
       j.made_by = made_by;
       return j;
     }
     any_tolerated = true;
+    if (!in_place) made_in_batch_[e.storage] = f.module_place;
     Made& value = tolerated_values_[e.storage];
     value.place = f.module_place;
     value.by = made_by ? made_by : std::make_shared<const FrameRecord>(f);

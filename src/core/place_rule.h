@@ -55,10 +55,11 @@ class PlaceRule final : public DetectionPolicy {
     bool from_constant = false;
   };
   // An op outside the model whose inf/nan inputs are all the program's constants (a Python
-  // `float("inf")`) or values made from them: clip_grad_norm_(parameters, inf), as Trainer calls it
-  // for its logs, computes inf / norm and clamps it to 1. Its non-finite results are tolerated
-  // until they are written into a tensor the op did not make (a gradient, a parameter), where they
-  // are an error; an overflow from finite inputs outside the model is an error at once, as before.
+  // `float("inf")`) or values made from them, or that was handed a non-finite number to write
+  // (`masked_fill(mask, -inf)`): clip_grad_norm_(parameters, inf), as Trainer calls it for its logs,
+  // computes inf / norm and clamps it to 1. Its non-finite results are tolerated until they are
+  // written into a tensor no op of the batch made (a gradient, a parameter, an optimizer's state),
+  // where they are an error; an overflow from finite values outside the model is an error at once.
   bool from_constants(const frames::FrameRecord& f) const;
   Judgement judge_from_constants(const frames::FrameRecord& f);
   // The path of the module a value belongs to.

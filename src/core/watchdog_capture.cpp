@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "capture/op_call.h"
@@ -129,6 +130,8 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     }
   } else if (v.isNone() && tensor_arg) {
     f.add(plain_entry(EntryState::None, Role::Input, position, -1));
+  } else if (v.isDouble() && !std::isfinite(v.toDouble())) {
+    f.nonfinite_constant = true;
   }
   // Other arguments (sizes, flags, scalars) configure the op; they hold no activations.
 }

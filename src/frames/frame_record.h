@@ -53,6 +53,9 @@ struct FrameRecord {
   uint8_t attribution = 0;
   uint8_t direction = 0;
   bool in_model = false;  // run by the model's own code (a module's forward), not the training loop's
+  // An argument is an inf or NaN the program passed as a number (`masked_fill(mask, -inf)`,
+  // `full(size, inf)`): the op's own non-finite results may be that constant (core/place_rule.h).
+  bool nonfinite_constant = false;
   bool is_return = false;  // not an op: what a module's forward returned (its outputs)
   // A forward op run again inside the backward (gradient checkpointing recomputes a block).
   bool recomputed = false;
@@ -86,6 +89,7 @@ struct FrameRecord {
     omitted_slot[0] = omitted_slot[1] = -1;
     forward_op = 0;
     in_model = false;
+    nonfinite_constant = false;
     is_return = false;
     recomputed = false;
     writes_arguments = false;
@@ -132,6 +136,7 @@ struct FrameRecord {
     attribution = o.attribution;
     direction = o.direction;
     in_model = o.in_model;
+    nonfinite_constant = o.nonfinite_constant;
     is_return = o.is_return;
     recomputed = o.recomputed;
     writes_arguments = o.writes_arguments;

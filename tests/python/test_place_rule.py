@@ -425,12 +425,20 @@ def test_an_inf_the_program_passes_as_a_number_is_its_own_until_it_is_written_in
         assert torch.isfinite(norm)
         scaled = torch.ones(3) * float("inf")  # values made from it, outside the model, run on
         (scaled - scaled).clamp(0, 1)
+        # A loss that masks the logits with -inf, in place or not, and a tensor full of inf.
+        logits = model(torch.randn(2, 4))
+        mask = torch.tensor([[True, False, False], [False, False, True]])
+        logits.masked_fill(mask, float("-inf")).log_softmax(-1)
+        logits.detach().masked_fill_(mask, float("-inf"))
+        torch.full((2,), float("inf"))
     assert debug.report is None
     rows = {r["op"]: r for r in debug.tolerated()}
     assert rows["aten::mul"]["pos_inf"] >= 3 and rows["aten::sub"]["nan"] == 3, rows
+    assert rows["aten::masked_fill"]["neg_inf"] == 2 and rows["aten::full"]["pos_inf"] == 2, rows
     debug.close()
     # Written into a gradient, such a value is an error; so is an overflow from finite inputs.
     for poison, op in ((lambda: model.weight.grad.mul_(float("inf")), "aten::mul_"),
+                       (lambda: model.weight.grad.masked_fill_(model.weight > 0, float("-inf")), "aten::masked_fill_"),
                        (lambda: model.weight.grad.copy_(torch.zeros_like(model.weight) * float("nan")), "aten::copy_"),
                        (lambda: torch.full((2,), 1e30) * torch.full((2,), 1e30), "aten::mul")):
         model.zero_grad()  # (the case before left its gradient poisoned)

@@ -110,6 +110,7 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
     }
     return j;
   }
+  model_ops_scoped_ = true;
   const uint32_t here = f.module_place;
   std::shared_ptr<const FrameRecord> made_by;  // of the tolerated values this op reads
   if (!f.inputs_finite) {
@@ -119,7 +120,9 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
       if (e.role == Role::Output || !nonfinite_read(e)) continue;
       seen = true;
       const auto it = e.storage != 0 ? tolerated_values_.find(e.storage) : tolerated_values_.end();
-      if (it != tolerated_values_.end() && readable_by(it->second, here)) {
+      // A value made outside the model from the program's constants is the model's input here:
+      // an error at its first read, as any input holding one.
+      if (it != tolerated_values_.end() && !it->second.from_constant && readable_by(it->second, here)) {
         if (!made_by) made_by = it->second.by;
         continue;
       }
@@ -170,6 +173,9 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
 }
 
 bool PlaceRule::from_constants(const FrameRecord& f) const {
+  // Where no op was ever placed in a module (a C++ model without scopes), the model's ops cannot be
+  // told from the training loop's: every op is judged strictly, as the model's.
+  if (!model_ops_scoped_) return false;
   // From finite tensors: an overflow, unless the op was handed a non-finite number to write.
   if (f.inputs_finite) return f.nonfinite_constant;
   bool seen = false;

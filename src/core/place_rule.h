@@ -59,7 +59,8 @@ class PlaceRule final : public DetectionPolicy {
   // (`masked_fill(mask, -inf)`): clip_grad_norm_(parameters, inf), as Trainer calls it for its logs,
   // computes inf / norm and clamps it to 1. Its non-finite results are tolerated until they are
   // written into a tensor no op of the batch made (a gradient, a parameter, an optimizer's state),
-  // where they are an error; an overflow from finite values outside the model is an error at once.
+  // where they are an error, as they are when an op of the model reads them (the model's input);
+  // an overflow from finite values outside the model is an error at once.
   bool from_constants(const frames::FrameRecord& f) const;
   Judgement judge_from_constants(const frames::FrameRecord& f);
   // The path of the module a value belongs to.
@@ -80,6 +81,9 @@ class PlaceRule final : public DetectionPolicy {
   std::vector<options::NonfiniteAllowance> allow_;
   // Storage -> the module whose op made the tensor (results only; in-place writes keep it).
   std::unordered_map<uintptr_t, uint32_t> made_in_batch_;
+  // Whether any op has been judged as a module's (Python hooks, scopes, TorchScript): only then
+  // are the ops outside modules the training loop's (from_constants).
+  bool model_ops_scoped_ = false;
   // Storage -> the tolerated non-finite value it holds.
   std::unordered_map<uintptr_t, Made> tolerated_values_;
   mutable std::unordered_map<uint64_t, bool> within_;

@@ -440,7 +440,9 @@ def test_an_inf_the_program_passes_as_a_number_is_its_own_until_it_is_written_in
     for poison, op in ((lambda: model.weight.grad.mul_(float("inf")), "aten::mul_"),
                        (lambda: model.weight.grad.masked_fill_(model.weight > 0, float("-inf")), "aten::masked_fill_"),
                        (lambda: model.weight.grad.copy_(torch.zeros_like(model.weight) * float("nan")), "aten::copy_"),
-                       (lambda: torch.full((2,), 1e30) * torch.full((2,), 1e30), "aten::mul")):
+                       (lambda: torch.full((2,), 1e30) * torch.full((2,), 1e30), "aten::mul"),
+                       # made from a constant, then handed to the model: its input, an error there
+                       (lambda: model(torch.ones(2, 4) * float("nan")), "aten::linear")):
         model.zero_grad()  # (the case before left its gradient poisoned)
         debug = DebugUnderflowOverflow(model)
         with pytest.raises(NonFiniteError) as caught:

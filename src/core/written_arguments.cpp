@@ -86,31 +86,37 @@ void Watchdog::Impl::note_written_versions(c10::ArrayRef<c10::IValue> inputs, co
 
 void Watchdog::Impl::add_written_arguments(FrameRecord& f, const std::vector<c10::IValue>& inputs, const OpInfo& info,
                                            const std::vector<uint32_t>& versions_at_start, bool& any_tensor) {
+  struct Written {
+    size_t position;
+    int sub;
+  };
+  std::vector<at::Tensor> tensors;
+  std::vector<Written> where;
+  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t position, int sub) {
+    tensors.push_back(t);
+    where.push_back({position, sub});
+  });
   // The fused optimizers write without counting a version (torch.optim's `fused=True`): the reads
   // kept from before the op, of these tensors and of any view of them, would be taken for their
   // new values. Every read kept is forgotten then, as after a collective.
   bool uncounted = false;
-  size_t k = 0;
-  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t, int) {
-    uncounted = uncounted || (frames::keyed_memory(t) && k < versions_at_start.size() &&
-                              versions_at_start[k] == counted_version(t));
-    ++k;
-  });
+  for (size_t k = 0; k < tensors.size() && k < versions_at_start.size() && !uncounted; ++k) {
+    uncounted = frames::keyed_memory(tensors[k]) && versions_at_start[k] == counted_version(tensors[k]);
+  }
   if (uncounted) forget_reads();
   // Nothing read before the op is reused now: a counted write changed the version, an uncounted
   // one had every read forgotten.
-  std::vector<at::Tensor> written;
-  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t, int) { written.push_back(t); });
-  read_ahead(written);
-  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t position, int sub) {
-    if (!t.defined()) return;
+  read_ahead(tensors);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const at::Tensor& t = tensors[k];
+    if (!t.defined()) continue;
     any_tensor = true;
     const core::ParamRef* param = index->find_param(t);
-    EntryRecord e = read_entry(f, t, Role::Output, static_cast<int>(position), sub, opts.headroom());
-    e.path = written_label(t, param, f, info, position, sub);
+    EntryRecord e = read_entry(f, t, Role::Output, static_cast<int>(where[k].position), where[k].sub, opts.headroom());
+    e.path = written_label(t, param, f, info, where[k].position, where[k].sub);
     e.written_argument = true;
     f.add(e);
-  });
+  }
 }
 
 }  // namespace sentinel

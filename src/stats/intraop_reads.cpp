@@ -41,14 +41,30 @@ int64_t bytes_to_read(const at::Tensor& t) {
                                                                                          : 0;
 }
 
+// Runs read_part(p) for the parts [0, parts) on ATen's threads; `threads_used`, when given, is
+// set to the number of threads that ran one.
+template <typename ReadPart>
+void read_parts(int64_t parts, int* threads_used, ReadPart&& read_part) {
+  std::array<int, kMaxParts> reader;
+  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      read_part(p);
+      reader[p] = at::get_thread_num();
+    }
+  });
+  if (threads_used) {
+    std::sort(reader.begin(), reader.begin() + parts);
+    *threads_used = static_cast<int>(std::unique(reader.begin(), reader.begin() + parts) - reader.begin());
+  }
+}
+
 }  // namespace
 
 Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used) {
   if (threads_used) *threads_used = 1;
   // Every op's small results come this way: the cheap tests first, and compute() alone (with its
   // own readability check) for a tensor too small to split.
-  if (!t.defined() || t.is_nested() || t.layout() != c10::kStrided || !is_floating(t.scalar_type()) ||
-      t.numel() * t.element_size() < 2 * kMinPartBytes || compute_readability(t) != Readability::Read ||
+  if (bytes_to_read(t) < 2 * kMinPartBytes || !is_floating(t.scalar_type()) || compute_readability(t) != Readability::Read ||
       !t.is_non_overlapping_and_dense() || at::in_parallel_region()) {
     return compute(t, out);
   }
@@ -59,19 +75,10 @@ Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* t
     return p == parts ? n : std::min(n, (n * p / parts) / kPartAlignment * kPartAlignment);
   };
   std::array<TensorStats, kMaxParts> part_stats;
-  std::array<int, kMaxParts> reader;
-  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      compute_dense_range(t, part_start(p), part_start(p + 1), part_stats[p]);
-      reader[p] = at::get_thread_num();
-    }
-  });
+  read_parts(parts, threads_used,
+             [&](int64_t p) { compute_dense_range(t, part_start(p), part_start(p + 1), part_stats[p]); });
   out = TensorStats{};
   for (int64_t p = 0; p < parts; ++p) merge_part(part_stats[p], out);
-  if (threads_used) {
-    std::sort(reader.begin(), reader.begin() + parts);
-    *threads_used = static_cast<int>(std::unique(reader.begin(), reader.begin() + parts) - reader.begin());
-  }
   return Readability::Read;
 }
 
@@ -93,17 +100,9 @@ void compute_many(c10::ArrayRef<at::Tensor> tensors, TensorStats* out, Readabili
     at_byte += bytes_to_read(tensors[i]);
   }
   while (part <= parts) first[part++] = n;
-  std::array<int, kMaxParts> reader;
-  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      for (int64_t i = first[p]; i < first[p + 1]; ++i) readability[i] = compute(tensors[i], out[i]);
-      reader[p] = at::get_thread_num();
-    }
+  read_parts(parts, threads_used, [&](int64_t p) {
+    for (int64_t i = first[p]; i < first[p + 1]; ++i) readability[i] = compute(tensors[i], out[i]);
   });
-  if (threads_used) {
-    std::sort(reader.begin(), reader.begin() + parts);
-    *threads_used = static_cast<int>(std::unique(reader.begin(), reader.begin() + parts) - reader.begin());
-  }
 }
 
 }  // namespace stats

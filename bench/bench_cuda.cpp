@@ -27,6 +27,7 @@
 #include <sentinel/sentinel.h>
 
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <memory>
 #include <sstream>
@@ -34,7 +35,9 @@
 
 #include "cuda/device_stats.h"
 #include "cuda/recipe_device.h"
+#include "device/dense_span.h"
 #include "gpt2_model.h"
+#include "no_work_device.h"
 #include "step_profile.h"
 #include "fp8/fp8_probe_math.h"
 
@@ -228,15 +231,31 @@ struct Gpt2Rig {
   torch::Tensor ids, targets;
 };
 
-// Runs `step` untimed kWarmUpSteps times, then once per iteration, each waited for: the time
-// is a whole step as the host sees it, including the watchdog's read-backs.
+// The process's CPU time (every thread: autograd runs CUDA nodes on a thread of its own), in ms.
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
+
 template <class Step>
-void time_steps(benchmark::State& state, Step&& step) {
+void warm_up(Step&& step) {
   for (int i = 0; i < kWarmUpSteps; ++i) step();
   torch::cuda::synchronize();
+}
+
+// Runs `step` once per iteration, each waited for: the time is a whole step as the host sees it,
+// including the watchdog's read-backs. Counter: the host's CPU time per step, which the GPU waits
+// on when it exceeds the step's device time.
+template <class Step>
+void time_steps(benchmark::State& state, Step&& step) {
+  const double cpu_before = process_cpu_ms();
   for (auto _ : state) {
     step();
     torch::cuda::synchronize();
+  }
+  if (state.iterations() > 0) {
+    state.counters["cpu_ms_per_step"] = (process_cpu_ms() - cpu_before) / static_cast<double>(state.iterations());
   }
 }
 
@@ -248,6 +267,7 @@ void BM_Gpt2StepUnwatched(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   try {
     Gpt2Rig rig;
+    warm_up([&] { rig.step(); });
     time_steps(state, [&] { rig.step(); });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
@@ -277,13 +297,9 @@ void run_watched_steps(benchmark::State& state, const sentinel::Fp8Options& fp8)
     sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(fp8));
     auto watched_step = [&] { watched_gpt2_step(rig, watch); };
     // Warm-up steps run watched too (the device ring is made then), so count from here.
-    for (int i = 0; i < kWarmUpSteps; ++i) watched_step();
-    torch::cuda::synchronize();
+    warm_up(watched_step);
     const sentinel::DeviceCounters before = watch.device_counters();
-    for (auto _ : state) {
-      watched_step();
-      torch::cuda::synchronize();
-    }
+    time_steps(state, watched_step);
     const sentinel::DeviceCounters after = watch.device_counters();
     state.counters["readbacks_per_step"] = per_step(after.readbacks - before.readbacks, state);
     state.counters["deferred_frames_per_step"] = per_step(after.frames_deferred - before.frames_deferred, state);
@@ -300,14 +316,55 @@ void run_watched_steps(benchmark::State& state, const sentinel::Fp8Options& fp8)
 
 void BM_Gpt2StepWatched(benchmark::State& state) { run_watched_steps(state, sentinel::Fp8Options()); }
 
+// The watched step with every CUDA tensor handed to a device that does no work: the watchdog's
+// host work alone, no kernel launched. Against Unwatched and Watched, it splits the watched step's
+// cost between the host's per-op work and the reads (their launches and kernels).
+void BM_Gpt2StepWatchedHostOnly(benchmark::State& state) {
+  sentinel::device::set_device_factory_for_testing(bench::no_work_cuda_device);
+  run_watched_steps(state, sentinel::Fp8Options());
+  sentinel::device::set_device_factory_for_testing(nullptr);
+}
+
 void BM_Gpt2StepWatchedFp8Delayed(benchmark::State& state) {
   run_watched_steps(state, sentinel::Fp8Options().enabled(true));
 }
 
 void BM_Gpt2StepWatchedAllRecipes(benchmark::State& state) { run_watched_steps(state, all_recipes()); }
 
+// The CUDA device, counting the bytes its reductions pass over (the tensor's, or the dense span's
+// of an expanded view): what the sentinel kernels of a profiled step read, for their bandwidth.
+int64_t bytes_enqueued = 0;
+
+class CountingCudaDevice final : public sentinel::device::StatsDevice {
+ public:
+  explicit CountingCudaDevice(std::unique_ptr<sentinel::device::StatsDevice> inner) : inner_(std::move(inner)) {}
+  bool owns(const at::Tensor& t) const override { return inner_->owns(t); }
+  sentinel::stats::Readability readability(const at::Tensor& t) const override { return inner_->readability(t); }
+  bool replays_recipes() const override { return inner_->replays_recipes(); }
+  void enqueue(const at::Tensor& t, int64_t slot, const sentinel::device::Request& r) override {
+    inner_->enqueue(t, slot, r);
+    const auto span = sentinel::device::dense_span(t.sizes(), t.strides());
+    const int64_t elements = t.is_non_overlapping_and_dense() || !span ? t.numel() : span->numel;
+    bytes_enqueued += elements * static_cast<int64_t>(t.element_size());
+  }
+  void read_back(int64_t first, int64_t end) override { inner_->read_back(first, end); }
+  sentinel::device::SlotResult result(int64_t slot) const override { return inner_->result(slot); }
+  int64_t capacity() const override { return inner_->capacity(); }
+  bool capturing() const override { return inner_->capturing(); }
+  int64_t synchronisations() const override { return inner_->synchronisations(); }
+
+ private:
+  std::unique_ptr<sentinel::device::StatsDevice> inner_;
+};
+
+std::unique_ptr<sentinel::device::StatsDevice> counting_cuda_device(int64_t capacity) {
+  return std::make_unique<CountingCudaDevice>(sentinel::device::make_cuda_device(capacity));
+}
+
 // One step of each kind under PyTorch's profiler, after the warm-up: the GPU's span, busy time,
-// summed activity and the sentinel kernels' share, per kind, as counters.
+// summed activity and the sentinel kernels' share, per kind, as counters; for the watched step,
+// also the bytes its sentinel kernels read and their bandwidth over their summed durations (to
+// set against DeviceCopy's); and the process's CPU time per step of each kind, unprofiled.
 void BM_Gpt2StepProfile(benchmark::State& state) {
   if (skip_without_gpu(state)) return;
   try {
@@ -320,16 +377,34 @@ void BM_Gpt2StepProfile(benchmark::State& state) {
       state.counters[kind + "_sentinel_ms"] = p.sentinel_ms;
       state.counters[kind + "_sentinel_kernels"] = static_cast<double>(p.sentinel_kernels);
     };
+    struct Kind {
+      const char* name;
+      sentinel::Fp8Options fp8;
+      sentinel::device::DeviceFactory device;
+    };
+    const Kind kinds[] = {{"watched", sentinel::Fp8Options(), counting_cuda_device},
+                          {"hostonly", sentinel::Fp8Options(), bench::no_work_cuda_device},
+                          {"recipes", all_recipes(), nullptr}};
     for (auto _ : state) {
       for (int i = 0; i < kWarmUpSteps; ++i) rig.step();
       record("unwatched", bench::profile_step([&] { rig.step(); }));
-      for (const auto& [kind, fp8] : {std::pair{"watched", sentinel::Fp8Options()}, {"recipes", all_recipes()}}) {
-        sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(fp8));
+      for (const Kind& kind : kinds) {
+        sentinel::device::set_device_factory_for_testing(kind.device);
+        sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(kind.fp8));
         for (int i = 0; i < kWarmUpSteps; ++i) watched_gpt2_step(rig, watch);
-        record(kind, bench::profile_step([&] { watched_gpt2_step(rig, watch); }));
+        torch::cuda::synchronize();
+        bytes_enqueued = 0;
+        const bench::StepProfile p = bench::profile_step([&] { watched_gpt2_step(rig, watch); });
+        record(kind.name, p);
+        if (kind.device == counting_cuda_device && p.sentinel_ms > 0) {
+          state.counters["watched_read_GB"] = static_cast<double>(bytes_enqueued) / 1e9;
+          state.counters["watched_read_TBps"] = static_cast<double>(bytes_enqueued) / 1e9 / p.sentinel_ms;
+        }
+        sentinel::device::set_device_factory_for_testing(nullptr);
       }
     }
   } catch (const std::exception& e) {
+    sentinel::device::set_device_factory_for_testing(nullptr);
     state.SkipWithError(e.what());
   }
 }
@@ -392,6 +467,7 @@ BENCHMARK(BM_RecipeKernelWeightTiles)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatched)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepWatchedHostOnly)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatchedFp8Delayed)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatchedAllRecipes)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepHfStyle)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);

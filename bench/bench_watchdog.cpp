@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "device/stats_device.h"
+#include "no_work_device.h"
 #include "fp8/fp8_probe.h"
 #include "stats/simd_level.h"
 #include "ranks/rank_session.h"
@@ -213,30 +214,6 @@ void BM_TinyOpsWatched(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(debug.forward(x));
 }
 
-// A device that owns CPU tensors and does no work: what the watchdog's device path (deferred
-// frames, result slots, reads reused, read-backs) costs the host per op, launches excluded.
-class NoWorkDevice final : public sentinel::device::StatsDevice {
- public:
-  explicit NoWorkDevice(int64_t capacity) : capacity_(capacity) {}
-  bool owns(const at::Tensor& t) const override { return t.defined() && t.device().is_cpu(); }
-  sentinel::stats::Readability readability(const at::Tensor& t) const override {
-    return sentinel::stats::compute_readability(t);
-  }
-  void enqueue(const at::Tensor&, int64_t, const sentinel::device::Request&) override {}
-  void read_back(int64_t, int64_t) override { ++synchronisations_; }
-  sentinel::device::SlotResult result(int64_t) const override { return {}; }
-  int64_t capacity() const override { return capacity_; }
-  int64_t synchronisations() const override { return synchronisations_; }
-
- private:
-  int64_t capacity_;
-  int64_t synchronisations_ = 0;
-};
-
-std::unique_ptr<sentinel::device::StatsDevice> no_work_device(int64_t capacity) {
-  return std::make_unique<NoWorkDevice>(capacity);
-}
-
 // TinyOps with every tensor handed to a device instead: the host's per-op cost of watching GPU
 // tensors, apart from the kernel launches. Counters: reductions started and reads reused per op.
 void BM_TinyOpsWatchedThroughDevice(benchmark::State& state) {
@@ -244,7 +221,7 @@ void BM_TinyOpsWatchedThroughDevice(benchmark::State& state) {
   const auto x = torch::zeros({16});
   torch::NoGradGuard no_grad;
   std::ostringstream out;
-  sentinel::device::set_device_factory_for_testing(no_work_device);
+  sentinel::device::set_device_factory_for_testing(bench::no_work_device);
   {
     sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
     bench::PageFaults faults(state);

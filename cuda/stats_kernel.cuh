@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "cuda/lane_scan.h"
 #include "cuda/slot_merge.h"
 
 namespace sentinel {
@@ -23,24 +25,30 @@ namespace kernel {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 
-// Storage type of each dtype and its widening to float.
+// Storage type of each dtype, its widening to float, and the lanes of the kernel's fast path over
+// vectors of ordinary numbers (cuda/lane_scan.h; none for the 8-bit types).
 struct Float32 {
   using storage = float;
   static __device__ float get(float v) { return v; }
+  using Lanes = Float32Lanes;
 };
 struct Float16 {
   using storage = __half;
   static __device__ float get(__half v) { return __half2float(v); }
+  using Lanes = Float16Lanes;
 };
 struct BFloat16 {
   using storage = __nv_bfloat16;
   static __device__ float get(__nv_bfloat16 v) { return __bfloat162float(v); }
+  using Lanes = BFloat16Lanes;
 };
 template <fp8::Format F>
 struct Float8 {
   using storage = uint8_t;
   static __device__ float get(uint8_t v) { return fp8::decode(v, F); }
+  using Lanes = void;
 };
 
 // A warp's or block's partial result, as plain fields (shared memory holds no constructors).
@@ -134,13 +142,34 @@ __global__ void __launch_bounds__(kThreads)
   const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0;
   const int64_t vectors = aligned ? n / kVec : 0;
   const uint4* vec = reinterpret_cast<const uint4*>(data);
-  for (int64_t v = thread; v < vectors; v += threads) {
-    const uint4 raw = __ldg(vec + v);
+  auto visit_vector = [&](const uint4& raw) {
     const T* values = reinterpret_cast<const T*>(&raw);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) visit(Load::get(values[k]));
+  };
+  // The fast path takes the plain statistics of the 32- and 16-bit floats; the probe and the
+  // headroom counts need every element anyway.
+  constexpr bool kLanes = kExtras == kNone && !std::is_void<typename Load::Lanes>::value;
+  using Scan = LaneScan<std::conditional_t<kLanes, typename Load::Lanes, Float32Lanes>>;
+  Scan lanes;
+  auto take_vector = [&](const uint4& raw) {
+    if constexpr (kLanes) {
+      if (lanes.fold(raw.x, raw.y, raw.z, raw.w)) return;
+    }
+    visit_vector(raw);
+  };
+  // kUnroll coalesced loads in flight per thread before the first is used, then one at a time.
+  int64_t v = thread;
+  for (; v + (kUnroll - 1) * threads < vectors; v += kUnroll * threads) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) raw[u] = __ldg(vec + v + u * threads);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) take_vector(raw[u]);
   }
+  for (; v < vectors; v += threads) take_vector(__ldg(vec + v));
   for (int64_t i = vectors * kVec + thread; i < n; i += threads) visit(Load::get(data[i]));
+  if constexpr (kLanes) lanes.finish(acc);
 
   warp_combine(acc, probe, headroom);
   __shared__ Partial warps[kWarps];

@@ -46,7 +46,8 @@ void launch_reduce(const void* data, int64_t numel, float min_normal, const stat
                    bool headroom, DeviceSlot* slot, unsigned int* tensor_amax_bits, cudaStream_t stream) {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "query of the current device");
-  constexpr int64_t kPerBlock = int64_t{kernel::kThreads} * 16;  // elements a block takes per pass
+  // Elements a block takes per pass: kUnroll 16-byte loads per thread.
+  constexpr int64_t kPerBlock = int64_t{kernel::kThreads} * kernel::kUnroll * (16 / sizeof(typename Load::storage));
   const int64_t wanted = (numel + kPerBlock - 1) / kPerBlock;
   const int blocks = static_cast<int>(wanted < max_blocks(device) ? wanted : max_blocks(device));
   const auto* typed = static_cast<const typename Load::storage*>(data);

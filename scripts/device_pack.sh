@@ -2,8 +2,9 @@
 # Here, before a GPU session: gathers the binaries built in build/ (against the project's PyTorch,
 # the GPU machines' own build) and the Debian libraries they need that a GPU machine lacks into
 # .devcarry/, for one device call that carries it and runs scripts/device_run.sh there
-# (docs/platform.md, "A GPU session"). Binaries are stripped: the carried tree must stay under
-# the device call's 64 MiB.
+# (docs/platform.md, "A GPU session"). Binaries are stripped and gzipped (scripts/device_run.sh
+# unpacks them there): the carried tree must stay under the device call's 64 MiB, and the five
+# stripped binaries alone came to 65 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${SENTINEL_BUILD_DIR:-build}
@@ -26,6 +27,7 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" "$out/lib/" ;;
   esac
 done
+gzip -9 "$out"/bin/*
 # The absolute source path compiled into the tests (their data and the CLI's path).
 pwd >"$out/source_dir"
 source scripts/venv_path.sh

@@ -10,6 +10,10 @@ out=${OUT:-/tmp/sentinel-device}
 mkdir -p "$out"
 carry=.devcarry
 [ -d "$carry/bin" ] || { echo "device_run: no $carry/bin: run scripts/device_pack.sh here and carry $carry"; exit 2; }
+# scripts/device_pack.sh gzips the binaries to fit the carried tree's size.
+for packed in "$carry"/bin/*.gz; do
+  [ -e "$packed" ] && gunzip -f "$packed" && chmod +x "${packed%.gz}"
+done
 py=${PYTHON:-python3}
 torch_lib=$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 export LD_LIBRARY_PATH="$torch_lib:$PWD/$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cuda/lane_scan.h"
 #include "cuda/slot_merge.h"
 #include "fp8/fp8_probe.h"
 #include "stats/tensor_stats.h"
@@ -91,6 +92,102 @@ TEST(CudaSlotLogic, EmptyAndAllNanSlotsDecodeAsTheCpuPassReportsThem) {
       EXPECT_EQ(got.abs_max, 0.0);
     } else {
       expect_same_stats(got, want);
+    }
+  }
+}
+
+// The kernel's fast path on the host, as one thread runs it: each 16-byte vector folded as
+// integer lanes when its magnitudes are all ordinary, else element by element through the
+// accumulator; the elements past the last whole vector one by one.
+template <typename Lanes, typename T>
+sentinel::TensorStats scan_as_the_kernel(const torch::Tensor& t, float min_normal, int64_t* folded = nullptr) {
+  const float inf = std::numeric_limits<float>::infinity();
+  stats::AbsStatsAccumulator<float> acc(inf);
+  sentinel::cuda::LaneScan<Lanes> lanes;
+  const auto c = t.contiguous();
+  const auto* data = static_cast<const T*>(c.data_ptr());
+  const auto as_float = [&](int64_t i) { return static_cast<float>(data[i]); };
+  constexpr int64_t kVec = 16 / sizeof(T);
+  const int64_t n = c.numel(), vectors = n / kVec;
+  for (int64_t v = 0; v < vectors; ++v) {
+    uint32_t w[4];
+    std::memcpy(w, data + v * kVec, sizeof w);
+    if (lanes.fold(w[0], w[1], w[2], w[3])) {
+      if (folded) ++*folded;
+      continue;
+    }
+    for (int64_t k = 0; k < kVec; ++k) acc.reduce(as_float(v * kVec + k), inf, min_normal);
+  }
+  for (int64_t i = vectors * kVec; i < n; ++i) acc.reduce(as_float(i), inf, min_normal);
+  lanes.finish(acc);
+  sentinel::TensorStats out;
+  acc.project(n, out);
+  return out;
+}
+
+sentinel::TensorStats scan_as_the_kernel(const torch::Tensor& t, int64_t* folded = nullptr) {
+  switch (t.scalar_type()) {
+    case torch::kHalf: return scan_as_the_kernel<sentinel::cuda::Float16Lanes, c10::Half>(t, 6.103515625e-05f, folded);
+    case torch::kBFloat16:
+      return scan_as_the_kernel<sentinel::cuda::BFloat16Lanes, c10::BFloat16>(t, 1.17549435e-38f, folded);
+    default: return scan_as_the_kernel<sentinel::cuda::Float32Lanes, float>(t, 1.17549435e-38f, folded);
+  }
+}
+
+// Every 16-bit pattern of float16 and bfloat16 (NaNs, infinities, zeros, subnormals, normals of
+// both signs), shuffled into vectors, and float32 patterns drawn from every exponent: the scan
+// equals the CPU pass, field by field.
+TEST(CudaSlotLogic, TheFastPathOverEveryHalfBitPatternEqualsTheCpuPass) {
+  torch::manual_seed(13);
+  const auto every_pattern = torch::arange(0, 1 << 16, torch::kInt32).to(torch::kInt16);
+  for (auto dtype : {torch::kHalf, torch::kBFloat16}) {
+    const auto t = every_pattern.index_select(0, torch::randperm(1 << 16)).view(dtype);
+    sentinel::TensorStats want;
+    stats::compute(t, want);
+    expect_same_stats(scan_as_the_kernel(t), want);
+  }
+  const auto f32 = torch::randint(0, int64_t{1} << 32, {1 << 16}, torch::kInt64).to(torch::kInt32).view(torch::kFloat);
+  sentinel::TensorStats want;
+  stats::compute(f32, want);
+  expect_same_stats(scan_as_the_kernel(f32), want);
+}
+
+// Ordinary tensors are folded whole; one special value anywhere sends its vector (and only it)
+// through the accumulator, and is counted; an ordinary tensor's extremes come from the lanes alone.
+TEST(CudaSlotLogic, TheFastPathFoldsOrdinaryVectorsAndCountsASpecialValueAnywhere) {
+  const float specials[] = {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f, 3e-6f};
+  for (auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
+    for (int64_t n : {int64_t{40}, int64_t{4099}}) {
+      torch::manual_seed(n);
+      const auto ordinary = (torch::rand({n}) * 1.5 + 0.5) * (torch::randint(0, 2, {n}) * 2 - 1);
+      const int64_t per_vector = 16 / static_cast<int64_t>(torch::elementSize(dtype));
+      const int64_t vectors = n / per_vector;
+      int64_t folded = 0;
+      sentinel::TensorStats want;
+      stats::compute(ordinary.to(dtype), want);
+      expect_same_stats(scan_as_the_kernel(ordinary.to(dtype), &folded), want);
+      EXPECT_EQ(folded, vectors);
+      // The extremes in every lane and word of a vector: |3| above every ordinary value, 0.25 below.
+      for (int64_t k = 0; k < per_vector; ++k) {
+        auto t = ordinary.clone();
+        t[k] = -3.0f;
+        t[per_vector + k] = 0.25f;
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + " extremes at element " + std::to_string(k));
+        stats::compute(t.to(dtype), want);
+        expect_same_stats(scan_as_the_kernel(t.to(dtype)), want);
+      }
+      for (int64_t at : {int64_t{0}, n / 2, vectors * per_vector - 1, n - 1}) {
+        for (float special : specials) {
+          auto t = ordinary.clone();
+          t[at] = special;
+          t = t.to(dtype);
+          SCOPED_TRACE(std::string(c10::toString(dtype)) + " n=" + std::to_string(n) + " at=" + std::to_string(at) +
+                       " special=" + std::to_string(special));
+          stats::compute(t, want);
+          expect_same_stats(scan_as_the_kernel(t), want);
+        }
+      }
     }
   }
 }

@@ -102,6 +102,39 @@ TEST(CudaKernels, StatisticsEqualTheCpuPassForEveryDtypeSizeAndAlignment) {
   }
 }
 
+// Tensors of ordinary numbers take the kernel's integer fast path, vector by vector; a vector
+// holding a special value (NaN, an infinity, a zero, a subnormal) goes through the accumulators.
+// Each special value is planted alone, inside the tensor and at its last element (in the
+// unrolled loads, the one-at-a-time loads or the tail, by size).
+TEST(CudaKernels, OrdinaryVectorsTakeTheFastPathAndOneSpecialValueAnywhereIsCounted) {
+  SKIP_WITHOUT_GPU();
+  const float specials[] = {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1e-40f, 3e-6f};
+  for (auto dtype : {torch::kFloat, torch::kHalf, torch::kBFloat16}) {
+    for (int64_t n : {int64_t{40}, int64_t{1} << 16, (int64_t{1} << 22) + 3}) {
+      torch::manual_seed(n);
+      // |x| in [0.5, 2): normal in every dtype, so only the planted value is special.
+      const auto ordinary = (torch::rand({n}) * 1.5 + 0.5) * (torch::randint(0, 2, {n}) * 2 - 1);
+      std::vector<torch::Tensor> cases = {ordinary.to(dtype)};
+      for (int64_t at : {n / 3, n - 1}) {
+        for (float special : specials) {
+          auto t = ordinary.clone();
+          t[at] = special;
+          cases.push_back(t.to(dtype));
+        }
+      }
+      for (const auto& t : cases) {
+        sentinel::TensorStats want;
+        stats::compute(t, want);
+        DeviceCopy d(t);
+        const auto got = sentinel::cuda::decode_stats(run(d.data, n, dtype_of(t), nullptr));
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + " n=" + std::to_string(n));
+        expect_same_stats(got, want);
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, EmptyTensorGivesAnEmptySlot) {
   SKIP_WITHOUT_GPU();
   const auto got = sentinel::cuda::decode_stats(run(nullptr, 0, DType::kFloat32, nullptr));

@@ -1,0 +1,81 @@
+// The host's part of watching the GPU benchmark's GPT-2 step, measured on the CPU: the same
+// model structure and watched step as bench_cuda's Gpt2StepWatched (every op, module, backward
+// node and optimizer op alike), shrunk to tiny widths so that the ops themselves cost little,
+// with every tensor handed to a device that does no work (no_work_device.h). What the watched
+// step adds over the unwatched one, per deferred frame, is what the watchdog costs the host per
+// op on a GPU, launches excluded: the work that decides whether the host stays ahead of the GPU.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <sentinel/sentinel.h>
+
+#include <memory>
+#include <sstream>
+
+#include "bench/gpt2_model.h"
+#include "no_work_device.h"
+
+namespace {
+
+// GPT-2's layer count and op structure at widths where an op costs a few microseconds.
+bench::Gpt2Config tiny_widths() {
+  bench::Gpt2Config c;
+  c.vocab = 512;
+  c.context = 64;
+  c.d_model = 64;
+  c.heads = 4;
+  c.mlp = 256;
+  return c;
+}
+
+struct TinyGpt2Rig {
+  TinyGpt2Rig() : model((torch::manual_seed(0), tiny_widths())) {
+    optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+    ids = torch::randint(model->config.vocab, {2, 32}, torch::kLong);
+    targets = torch::randint(model->config.vocab, {2 * 32}, torch::kLong);
+  }
+  torch::Tensor loss() {
+    auto logits = model->forward(ids);
+    return torch::nn::functional::cross_entropy(logits.view({-1, model->config.vocab}), targets);
+  }
+  bench::Gpt2 model;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  torch::Tensor ids, targets;
+};
+
+void BM_Gpt2HostUnwatched(benchmark::State& state) {
+  TinyGpt2Rig rig;
+  for (auto _ : state) {
+    rig.optimizer->zero_grad();
+    rig.loss().backward();
+    rig.optimizer->step();
+  }
+}
+
+void BM_Gpt2HostThroughDevice(benchmark::State& state) {
+  TinyGpt2Rig rig;
+  sentinel::device::set_device_factory_for_testing(bench::no_work_device);
+  {
+    std::ostringstream out;
+    sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out));
+    const auto before = watch.device_counters();
+    for (auto _ : state) {
+      rig.optimizer->zero_grad();
+      auto batch = watch.batch();
+      watch.backward(rig.loss());
+      batch.finish();
+      rig.optimizer->step();
+    }
+    const auto after = watch.device_counters();
+    const double steps = static_cast<double>(state.iterations());
+    state.counters["frames_per_step"] = static_cast<double>(after.frames_deferred - before.frames_deferred) / steps;
+    state.counters["reductions_per_step"] =
+        static_cast<double>(after.tensors_read_on_device - before.tensors_read_on_device) / steps;
+  }
+  sentinel::device::set_device_factory_for_testing(nullptr);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Gpt2HostUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2HostThroughDevice)->Unit(benchmark::kMillisecond);

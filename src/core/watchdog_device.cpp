@@ -38,12 +38,18 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
   }
   const int64_t syncs_before = dev->synchronisations();
   const int64_t first_slot = deferred.first_unread_slot(), end_slot = deferred.next_slot();
+  // The frames of the last batch's read-back lend their memory (a read-back while these are
+  // processed, if any, allocates its own).
   std::vector<FrameRecord> frames;
+  frames.swap(resolved_frames);
   try {
-    frames = deferred.resolve(*dev, [&](const device::PendingProbe& p, const device::SlotResult& r) {
-      observers.fp8().add_result(p.place, p.role, r.stats, r.probe);
-      observers.fp8().add_recipe_results(p.place, p.role, r.recipes);
-    });
+    deferred.resolve(
+        *dev,
+        [&](const device::PendingProbe& p, const device::SlotResult& r) {
+          observers.fp8().add_result(p.place, p.role, r.stats, r.probe);
+          observers.fp8().add_recipe_results(p.place, p.role, r.recipes);
+        },
+        frames);
   } catch (const std::exception& error) {
     // A device that cannot be read back (a sticky CUDA error, such as a device-side assert in the
     // model) fails every later read as well. The watchdog says so and reads it no more, so that
@@ -64,6 +70,8 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
     if (!lock.owns_lock()) lock.lock();
   }
   detecting_late = false;
+  frames.clear();
+  if (frames.capacity() > resolved_frames.capacity()) resolved_frames.swap(frames);
 }
 
 void Watchdog::Impl::drop_deferred() {

@@ -256,6 +256,7 @@ struct Watchdog::Impl final : capture::Session {
   void resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current = false);
   // Forgets the waiting frames and the slots in flight: their numbers cannot be read back.
   void drop_deferred();
+  std::vector<frames::FrameRecord> resolved_frames;  // the last read-back's frames, kept for their memory
 };
 
 }  // namespace sentinel

@@ -4,7 +4,6 @@
 // the ring and detection, so the first non-finite frame is found exactly and the frames before
 // it are the ones a report shows, however many frames the read-back waited for.
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include <sentinel/fp8.h>
@@ -37,23 +36,20 @@ class DeferredFrames {
   }
   void note_probe(const PendingProbe& p) { probes_.push_back(p); }
 
-  // Reads back every slot in flight (one wait) and fills the waiting frames; returns them in the
-  // order they were made, and the probed slots' numbers through `on_probe(probe, result)`.
+  // Reads back every slot in flight (one wait) and fills the waiting frames; hands them over in
+  // the order they were made by swapping them into `out` (whose old contents are dropped), and
+  // the probed slots' numbers through `on_probe(probe, result)`. A frame is a few KiB: the two
+  // vectors trade places batch after batch and keep their memory, so that a batch of a thousand
+  // frames allocates nothing (a deque freed and allocated every frame's node each batch).
   template <typename OnProbe>
-  std::vector<frames::FrameRecord> resolve(StatsDevice& device, OnProbe&& on_probe) {
-    std::vector<frames::FrameRecord> out;
+  void resolve(StatsDevice& device, OnProbe&& on_probe, std::vector<frames::FrameRecord>& out) {
     if (slots_in_flight() > 0) device.read_back(first_unread_, next_slot_);
     first_unread_ = next_slot_;
-    out.reserve(frames_.size());
-    for (auto& f : frames_) {
-      fill(device, f);
-      out.emplace_back();
-      out.back().assign(f);
-    }
+    for (auto& f : frames_) fill(device, f);
     for (const auto& p : probes_) on_probe(p, device.result(p.slot));
+    out.swap(frames_);
     frames_.clear();
     probes_.clear();
-    return out;
   }
   // Forgets every waiting frame and slot: their numbers cannot be read back.
   void drop() {
@@ -83,7 +79,7 @@ class DeferredFrames {
     f.pending = false;
   }
 
-  std::deque<frames::FrameRecord> frames_;
+  std::vector<frames::FrameRecord> frames_;
   std::vector<PendingProbe> probes_;
   int64_t next_slot_ = 0;
   int64_t first_unread_ = 0;

@@ -146,7 +146,8 @@ TEST(EntryReaders, TheDeviceReaderStartsAReductionAndTheReadBackFillsTheWaitingF
   EXPECT_EQ(ctx.counters.tensors_read_on_device, 1);
   EXPECT_EQ(ctx.counters.device_reads_reused, 1);
   readers.device.deferred().push(f);
-  const auto frames = readers.device.deferred().resolve(*readers.device.device(), [](const auto&, const auto&) {});
+  std::vector<sentinel::frames::FrameRecord> frames(3);  // what a last read-back left: replaced
+  readers.device.deferred().resolve(*readers.device.device(), [](const auto&, const auto&) {}, frames);
   ASSERT_EQ(frames.size(), 1u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(frames[0].entries[i].stats.neg_inf, 1);

@@ -48,6 +48,16 @@ bool device_available(std::string* why = nullptr);
 void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* slot,
                       const stats::Fp8ProbeParams* probe, void* stream, bool headroom = false,
                       bool reset_slot = true, unsigned int* tensor_amax_bits = nullptr);
+// One tensor of a reduce_many_into_slots: `numel` elements from `data`, into `slot` (zeroed).
+struct TensorSpan {
+  const void* data;
+  int64_t numel;
+  DeviceSlot* slot;
+};
+// reduce_into_slot for `count` tensors of one dtype at once, each into its own slot, without the
+// probe: one launch per 96 tensors (an optimizer's lists of parameters, gradients and moments
+// would otherwise be a launch each). Validates every span before launching any.
+void reduce_many_into_slots(const TensorSpan* spans, int64_t count, DType dtype, void* stream, bool headroom = false);
 // Zeroes `count` slots from `first` on `stream` (one memset node; legal under graph capture).
 void reset_slots(DeviceSlot* first, int64_t count, void* stream);
 

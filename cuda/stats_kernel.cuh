@@ -119,13 +119,13 @@ __device__ inline void warp_combine(stats::AbsStatsAccumulator<float>& a, stats:
   }
 }
 
-// One pass over n elements: 16-byte loads where the data is aligned, single elements for the
-// rest. The slot was zeroed on the same stream before the launch; so was `tensor_amax_bits`, when
-// given (the recipes' launches that follow read it).
+// One pass over n elements by `blocks` blocks, this one `block` of them: 16-byte loads where the
+// data is aligned, single elements for the rest. The slot was zeroed on the same stream before the
+// launch; so was `tensor_amax_bits`, when given (the recipes' launches that follow read it).
 template <typename Load, int kExtras>
-__global__ void __launch_bounds__(kThreads)
-    reduce_kernel(const typename Load::storage* __restrict__ data, int64_t n, float min_normal,
-                  stats::Fp8ProbeParams params, DeviceSlot* slot, unsigned int* tensor_amax_bits) {
+__device__ __forceinline__ void reduce_blocks(const typename Load::storage* __restrict__ data, int64_t n,
+                                              float min_normal, const stats::Fp8ProbeParams& params, DeviceSlot* slot,
+                                              unsigned int* tensor_amax_bits, int64_t block, int64_t blocks) {
   using T = typename Load::storage;
   constexpr int kVec = 16 / sizeof(T);
   const float inf = __int_as_float(0x7f800000);
@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kThreads)
     if (kExtras & kProbe) probe.reduce(x, params);
     if (kExtras & kHeadroom) headroom.reduce(fabsf(x), inf);
   };
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t thread = block * blockDim.x + threadIdx.x;
+  const int64_t threads = blocks * blockDim.x;
   const bool aligned = reinterpret_cast<uintptr_t>(data) % 16 == 0;
   const int64_t vectors = aligned ? n / kVec : 0;
   const uint4* vec = reinterpret_cast<const uint4*>(data);
@@ -190,7 +190,37 @@ __global__ void __launch_bounds__(kThreads)
   if (tensor_amax_bits) atomicMax(tensor_amax_bits, magnitude_bits(acc.abs_max));  // this tensor's alone
   if (kExtras & kProbe) merge_probe<AtomicSlotOps>(*slot, probe);
   if (kExtras & kHeadroom) merge_headroom<AtomicSlotOps>(*slot, headroom);
-  if (blockIdx.x == 0) atomicAdd(&slot->count, static_cast<unsigned long long>(n));
+  if (block == 0) atomicAdd(&slot->count, static_cast<unsigned long long>(n));
+}
+
+// One tensor, the whole grid.
+template <typename Load, int kExtras>
+__global__ void __launch_bounds__(kThreads)
+    reduce_kernel(const typename Load::storage* __restrict__ data, int64_t n, float min_normal,
+                  stats::Fp8ProbeParams params, DeviceSlot* slot, unsigned int* tensor_amax_bits) {
+  reduce_blocks<Load, kExtras>(data, n, min_normal, params, slot, tensor_amax_bits, blockIdx.x, gridDim.x);
+}
+
+// Several tensors of one dtype in one launch (an op's list of tensors: an optimizer's parameters,
+// gradients and moments), each into its own slot: the grid is the tensors' block counts laid end
+// to end, and each block finds its tensor among the few in the launch's parameters.
+constexpr int kMaxSpansPerLaunch = 96;  // the parameters stay under 4 KiB (2.7 KiB)
+struct SpanBatch {
+  const void* data[kMaxSpansPerLaunch];
+  int64_t numel[kMaxSpansPerLaunch];
+  DeviceSlot* slot[kMaxSpansPerLaunch];
+  int first_block[kMaxSpansPerLaunch + 1];  // of each span; the last entry is the grid's size
+  int count;
+};
+
+template <typename Load, int kExtras>
+__global__ void __launch_bounds__(kThreads) reduce_many_kernel(const SpanBatch batch, float min_normal) {
+  const int block = static_cast<int>(blockIdx.x);
+  int i = 0;
+  while (i + 1 < batch.count && batch.first_block[i + 1] <= block) ++i;
+  reduce_blocks<Load, kExtras>(static_cast<const typename Load::storage*>(batch.data[i]), batch.numel[i], min_normal,
+                               stats::Fp8ProbeParams{}, batch.slot[i], nullptr, block - batch.first_block[i],
+                               batch.first_block[i + 1] - batch.first_block[i]);
 }
 
 }  // namespace kernel

@@ -128,6 +128,65 @@ void reduce_into_slot(const void* data, int64_t numel, DType dtype, DeviceSlot* 
   }
 }
 
+namespace {
+
+template <typename Load>
+void launch_many(const TensorSpan* spans, int64_t count, float min_normal, bool headroom, cudaStream_t stream) {
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "query of the current device");
+  constexpr int64_t kPerBlock = int64_t{kernel::kThreads} * kernel::kUnroll * (16 / sizeof(typename Load::storage));
+  kernel::SpanBatch batch{};
+  auto launch = [&] {
+    if (batch.count == 0) return;
+    const int blocks = batch.first_block[batch.count];
+    if (headroom) kernel::reduce_many_kernel<Load, kernel::kHeadroom><<<blocks, kernel::kThreads, 0, stream>>>(batch, min_normal);
+    else kernel::reduce_many_kernel<Load, kernel::kNone><<<blocks, kernel::kThreads, 0, stream>>>(batch, min_normal);
+    check_cuda(cudaGetLastError(), "launch of the statistics kernel over several tensors");
+    batch.count = 0;
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    if (spans[i].numel == 0) continue;
+    const int64_t wanted = (spans[i].numel + kPerBlock - 1) / kPerBlock;
+    const int blocks = static_cast<int>(wanted < max_blocks(device) ? wanted : max_blocks(device));
+    if (batch.count == kernel::kMaxSpansPerLaunch || batch.first_block[batch.count] > (1 << 30)) launch();
+    const int k = batch.count++;
+    batch.data[k] = spans[i].data;
+    batch.numel[k] = spans[i].numel;
+    batch.slot[k] = spans[i].slot;
+    batch.first_block[k + 1] = batch.first_block[k] + blocks;
+  }
+  launch();
+}
+
+}  // namespace
+
+void reduce_many_into_slots(const TensorSpan* spans, int64_t count, DType dtype, void* stream, bool headroom) {
+  if (count < 0) throw InputError("sentinel: reduce_many_into_slots needs count >= 0, got " + std::to_string(count));
+  if (count > 0 && !spans) throw InputError("sentinel: reduce_many_into_slots got a null list of tensors");
+  for (int64_t i = 0; i < count; ++i) {
+    const TensorSpan& s = spans[i];
+    const std::string which = "tensor " + std::to_string(i) + " of reduce_many_into_slots";
+    if (!s.slot) throw InputError("sentinel: " + which + " has no result slot");
+    if (s.numel < 0) throw InputError("sentinel: " + which + " has numel " + std::to_string(s.numel));
+    if (s.numel > 0 && !s.data) throw InputError("sentinel: " + which + " has a null data pointer");
+    if (reinterpret_cast<uintptr_t>(s.data) % dtype_size(dtype) != 0) {
+      throw InputError("sentinel: " + which + " is a " + dtype_name(dtype) + " pointer not aligned to its element size");
+    }
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case DType::kFloat32: launch_many<kernel::Float32>(spans, count, 1.17549435e-38f, headroom, s); break;
+    case DType::kFloat16: launch_many<kernel::Float16>(spans, count, 6.103515625e-05f, headroom, s); break;
+    case DType::kBFloat16: launch_many<kernel::BFloat16>(spans, count, 1.17549435e-38f, headroom, s); break;
+    case DType::kFloat8E4M3:
+      launch_many<kernel::Float8<fp8::Format::E4M3>>(spans, count, fp8::min_normal(fp8::Format::E4M3), headroom, s);
+      break;
+    case DType::kFloat8E5M2:
+      launch_many<kernel::Float8<fp8::Format::E5M2>>(spans, count, fp8::min_normal(fp8::Format::E5M2), headroom, s);
+      break;
+  }
+}
+
 DeviceRing::DeviceRing(int64_t capacity, int device) : capacity_(capacity), device_(device) {
   if (capacity <= 0) throw InputError("sentinel: a device ring needs capacity > 0, got " + std::to_string(capacity));
   int previous = 0;

@@ -189,4 +189,33 @@ EntryRecord DeviceReader::read(FrameRecord& f, const at::Tensor& t, const ReadRe
   return e;
 }
 
+void DeviceReader::hold_launches(c10::ArrayRef<at::Tensor> tensors) {
+  if (failed_ || holding_) return;
+  // The device is made at the first tensor it owns: the list's may be the first of the run.
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (owner_of(t)) {
+      device_->hold_launches();
+      holding_ = true;
+    }
+    return;  // a list's tensors share one device
+  }
+}
+
+void DeviceReader::release_launches() noexcept {
+  if (!holding_) return;
+  holding_ = false;
+  try {
+    device_->release_launches();
+  } catch (const std::exception& error) {
+    failed_ = true;
+    try {
+      ctx_.opts.output() << error.what() << ": the tensors of a list read together on the device are not checked, "
+                         << "and tensors on the device are no longer read\n"
+                         << std::flush;
+    } catch (...) {
+    }
+  }
+}
+
 }  // namespace sentinel::core

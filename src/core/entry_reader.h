@@ -107,6 +107,11 @@ class DeviceReader final : public EntryReader {
   device::StatsDevice* device() { return device_.get(); }
   device::DeferredFrames& deferred() { return deferred_; }
   device::DeviceReadCache& reads() { return reads_; }
+  // One op's list of tensors is read between these (StatsDevice::hold_launches): their plain
+  // reductions start together at the release. A release that fails says so, and device tensors
+  // are no longer read.
+  void hold_launches(c10::ArrayRef<at::Tensor> tensors);
+  void release_launches() noexcept;
   // A read-back failed: device tensors are no longer read (said by the caller).
   void fail() { failed_ = true; }
   bool failed() const { return failed_; }
@@ -121,6 +126,25 @@ class DeviceReader final : public EntryReader {
   std::vector<recipes::RecipeJob> recipe_jobs_;  // the recipes of the read being enqueued
   bool warned_collect_ = false;
   bool warned_recipes_ = false;
+  bool holding_ = false;
+};
+
+// Holds a DeviceReader's launches while it lives: one op's list of tensors.
+class HeldLaunches {
+ public:
+  HeldLaunches(DeviceReader* reader, c10::ArrayRef<at::Tensor> tensors) : reader_(reader) {
+    if (reader_) reader_->hold_launches(tensors);
+  }
+  ~HeldLaunches() {
+    if (reader_) reader_->release_launches();
+  }
+  HeldLaunches(HeldLaunches&& other) noexcept : reader_(other.reader_) { other.reader_ = nullptr; }
+  HeldLaunches(const HeldLaunches&) = delete;
+  HeldLaunches& operator=(const HeldLaunches&) = delete;
+  HeldLaunches& operator=(HeldLaunches&&) = delete;
+
+ private:
+  DeviceReader* reader_;
 };
 
 // The three, and the choice among them.

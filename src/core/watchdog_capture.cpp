@@ -118,7 +118,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     }
   } else if (v.isTensorList()) {
     auto list = v.toTensorList();
-    if (list.size() > 1) read_ahead(list.vec());
+    const auto held = read_ahead(list.vec());
     for (size_t j = 0; j < list.size(); ++j) {
       // A parameter handed in a list (a class token concatenated to the patches) is still named.
       const at::Tensor t = list.get(j);
@@ -149,7 +149,7 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     } else if (v.isTensorList()) {
       any_tensor = true;
       auto list = v.toTensorList();
-      if (list.size() > 1) read_ahead(list.vec());
+      const auto held = read_ahead(list.vec());
       for (size_t j = 0; j < list.size(); ++j) {
         EntryRecord e = read_entry(f, list.get(j), Role::Output, index, static_cast<int>(j), opts.headroom());
         e.path = storage_name(list.get(j));

@@ -21,9 +21,11 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
   return e;
 }
 
-void Watchdog::Impl::read_ahead(c10::ArrayRef<at::Tensor> tensors) {
+core::HeldLaunches Watchdog::Impl::read_ahead(c10::ArrayRef<at::Tensor> tensors) {
+  if (tensors.size() < 2) return core::HeldLaunches(nullptr, tensors);
   // (Inside compiled code nothing read earlier is reused: reads_reusable.)
-  if (tensors.size() >= 2 && reads_reusable()) readers.cpu.cache().read_ahead(tensors);
+  if (reads_reusable()) readers.cpu.cache().read_ahead(tensors);
+  return core::HeldLaunches(&readers.device, tensors);
 }
 
 void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool last_is_current) {

@@ -237,9 +237,10 @@ struct Watchdog::Impl final : capture::Session {
   // (the user's code, a collective, may have written it without LibTorch knowing).
   frames::EntryRecord read_entry(frames::FrameRecord& f, const at::Tensor& t, frames::Role role, int index, int sub,
                                bool headroom, const GemmOperand* gemm = nullptr, bool reuse_reads = true);
-  // The CPU tensors of one op's list read at once, split between ATen's threads, before their
-  // entries are made (frames::StatsCache::read_ahead).
-  void read_ahead(c10::ArrayRef<at::Tensor> tensors);
+  // One op's list of tensors, before their entries are made: the CPU tensors read at once, split
+  // between ATen's threads (frames::StatsCache::read_ahead); the device tensors' launches held
+  // until the returned guard goes, then started together (DeviceReader::hold_launches).
+  [[nodiscard]] core::HeldLaunches read_ahead(c10::ArrayRef<at::Tensor> tensors);
   // The operand mask of a GEMM op (core::gemm_operands), cached by op-name id.
   uint32_t gemm_mask(uint32_t op);
   // Inside compiled code, the arguments of a matrix product left unread until its result is

@@ -106,7 +106,7 @@ void Watchdog::Impl::add_written_arguments(FrameRecord& f, const std::vector<c10
   if (uncounted) forget_reads();
   // Nothing read before the op is reused now: a counted write changed the version, an uncounted
   // one had every read forgotten.
-  read_ahead(tensors);
+  const auto held = read_ahead(tensors);
   for (size_t k = 0; k < tensors.size(); ++k) {
     const at::Tensor& t = tensors[k];
     if (!t.defined()) continue;

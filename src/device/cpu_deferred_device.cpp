@@ -38,6 +38,10 @@ class CpuDeferredDevice final : public StatsDevice {
   bool replays_recipes() const override { return true; }
 
   void enqueue(const at::Tensor& t, int64_t slot, const Request& request) override {
+    if (holding_ && !request.probe && !request.recipes) {
+      held_.push_back(Held{t, slot, request.accumulate, request.headroom});
+      return;
+    }
     SlotResult r;
     if (request.probe) {
       stats::compute_with_fp8_probe(t, request.probe_scale, request.probe_format, r.stats, r.probe);
@@ -54,7 +58,30 @@ class CpuDeferredDevice final : public StatsDevice {
     add_into(into, r);
   }
 
+  // As the CUDA device: the held reductions run together at the release, here as one read of
+  // the list shared out between ATen's threads.
+  void hold_launches() override { holding_ = true; }
+  void release_launches() override {
+    holding_ = false;
+    if (held_.empty()) return;
+    std::vector<at::Tensor> tensors;
+    for (const Held& h : held_) tensors.push_back(h.tensor);
+    std::vector<TensorStats> stats(tensors.size());
+    std::vector<stats::Readability> readability(tensors.size());
+    stats::compute_many(tensors, stats.data(), readability.data());
+    for (size_t i = 0; i < held_.size(); ++i) {
+      SlotResult r;
+      r.stats = stats[i];
+      if (held_[i].headroom) stats::compute_headroom(tensors[i], r.headroom);
+      SlotResult& into = computed_[index(held_[i].slot)];
+      if (!held_[i].accumulate) into = SlotResult{};
+      add_into(into, r);
+    }
+    held_.clear();
+  }
+
   void read_back(int64_t first, int64_t end) override {
+    release_launches();
     if (end - first > capacity()) {
       throw Error("sentinel: " + std::to_string(end - first) + " slots to read back from a ring of " +
                   std::to_string(capacity()));
@@ -74,6 +101,13 @@ class CpuDeferredDevice final : public StatsDevice {
   std::vector<SlotResult> computed_;   // what the "device" holds
   std::vector<SlotResult> published_;  // what the host has read back
   int64_t synchronisations_ = 0;
+  struct Held {
+    at::Tensor tensor;
+    int64_t slot;
+    bool accumulate, headroom;
+  };
+  bool holding_ = false;
+  std::vector<Held> held_;  // between hold_launches() and release_launches()
 };
 
 }  // namespace

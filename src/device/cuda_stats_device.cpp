@@ -108,14 +108,7 @@ class CudaStatsDevice final : public StatsDevice {
     const c10::DeviceIndex index = t.device().index();
     c10::cuda::CUDAGuard on_device(index);
     GpuRing& g = gpu(index);
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(index).stream();
-    if (std::find(g.launch_streams.begin(), g.launch_streams.end(), stream) == g.launch_streams.end()) {
-      g.launch_streams.push_back(stream);
-    }
-    if (g.zeroed && stream != g.zeroed_on && std::find(g.waited.begin(), g.waited.end(), stream) == g.waited.end()) {
-      check(cudaStreamWaitEvent(stream, g.zeroed, 0), "wait for the zeroed result ring");
-      g.waited.push_back(stream);
-    }
+    const cudaStream_t stream = launch_stream(g, index);
     cuda::DType dtype = cuda::DType::kFloat32;
     if (!kernel_dtype(t.scalar_type(), dtype)) {
       throw Error(std::string("sentinel: no device reduction for dtype ") + c10::toString(t.scalar_type()));
@@ -129,7 +122,11 @@ class CudaStatsDevice final : public StatsDevice {
     const int64_t records = recipe_records(g, t, i, request, dtype);
     unsigned int* amax = records >= 0 ? g.records->amax_word(stream) : nullptr;
     if (amax) g.records->reset_amax_async(amax, stream);
-    if (request.shared_slot && span->repeats > 1) {
+    if (holding_ && records < 0 && !request.probe && !(request.shared_slot && span->repeats > 1)) {
+      held_.push_back(Held{t, index, stream, dtype, request.headroom,
+                           cuda::TensorSpan{t.data_ptr(), span->numel, g.ring->device_slot(slot)}});
+      repeats_[i] = span->repeats;  // 1 in a shared slot
+    } else if (request.shared_slot && span->repeats > 1) {
       capture::NotRecorded not_recorded;  // profilers see the model's ops only
       const at::Tensor dense = t.contiguous();
       cuda::reduce_into_slot(dense.data_ptr(), dense.numel(), dtype, g.ring->device_slot(slot), request.probe,
@@ -145,7 +142,34 @@ class CudaStatsDevice final : public StatsDevice {
     g.used = true;
   }
 
+  void hold_launches() override { holding_ = true; }
+
+  // The held reductions, one launch per GPU, stream, dtype and headroom flag (per 96 tensors).
+  void release_launches() override {
+    holding_ = false;
+    if (held_.empty()) return;
+    std::vector<Held> held;
+    held.swap(held_);
+    std::vector<bool> done(held.size(), false);
+    for (size_t i = 0; i < held.size(); ++i) {
+      if (done[i]) continue;
+      const Held& a = held[i];
+      spans_.clear();
+      for (size_t j = i; j < held.size(); ++j) {
+        const Held& b = held[j];
+        if (done[j] || b.device != a.device || b.stream != a.stream || b.dtype != a.dtype || b.headroom != a.headroom) continue;
+        spans_.push_back(b.span);
+        done[j] = true;
+      }
+      c10::cuda::CUDAGuard on_device(a.device);
+      cuda::reduce_many_into_slots(spans_.data(), static_cast<int64_t>(spans_.size()), a.dtype, a.stream, a.headroom);
+    }
+    held.clear();
+    held_.swap(held);  // keeps its capacity
+  }
+
   void read_back(int64_t first, int64_t end) override {
+    release_launches();  // none should be held here; if any are, they belong to this read-back
     if (end - first > capacity_) {
       throw Error("sentinel: " + std::to_string(end - first) + " slots to read back from a ring of " +
                   std::to_string(capacity_));
@@ -247,6 +271,20 @@ class CudaStatsDevice final : public StatsDevice {
     }
   }
 
+  // The current stream of GPU `index`, noted among those that launch into its ring, made to wait
+  // for the ring's last zeroing if it ran elsewhere.
+  cudaStream_t launch_stream(GpuRing& g, c10::DeviceIndex index) {
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(index).stream();
+    if (std::find(g.launch_streams.begin(), g.launch_streams.end(), stream) == g.launch_streams.end()) {
+      g.launch_streams.push_back(stream);
+    }
+    if (g.zeroed && stream != g.zeroed_on && std::find(g.waited.begin(), g.waited.end(), stream) == g.waited.end()) {
+      check(cudaStreamWaitEvent(stream, g.zeroed, 0), "wait for the zeroed result ring");
+      g.waited.push_back(stream);
+    }
+    return stream;
+  }
+
   GpuRing& gpu(c10::DeviceIndex index) {
     if (index < 0 || static_cast<size_t>(index) >= gpus_.size()) {
       throw Error("sentinel: CUDA device " + std::to_string(index) + " is not among the " +
@@ -266,6 +304,19 @@ class CudaStatsDevice final : public StatsDevice {
   std::vector<int> recipe_count_;      // and how many it has, one per job
   std::vector<SlotResult> results_;  // of the last read-back, by slot (allocated once)
   std::vector<cuda::RecipeLaunch> launches_;  // the tensor's being enqueued
+  // Reductions held between hold_launches() and release_launches(), with their tensors: the
+  // memory read stays theirs until the launch is queued.
+  struct Held {
+    at::Tensor tensor;
+    c10::DeviceIndex device;
+    cudaStream_t stream;
+    cuda::DType dtype;
+    bool headroom;
+    cuda::TensorSpan span;
+  };
+  bool holding_ = false;
+  std::vector<Held> held_;
+  std::vector<cuda::TensorSpan> spans_;  // one launch's, of the held
   bool warned_capture_records_ = false;
   int64_t synchronisations_ = 0;
 };

@@ -59,6 +59,12 @@ class StatsDevice {
   virtual bool replays_recipes() const { return false; }
   // Starts reducing `t` (owned and readable) into `slot`: no host synchronisation, no allocation.
   virtual void enqueue(const at::Tensor& t, int64_t slot, const Request& request) = 0;
+  // Between hold_launches() and release_launches() (nothing else runs on the device meanwhile:
+  // one op's list of tensors is being read), enqueue() may gather the plain reductions (no probe,
+  // no recipes) and start them together at the release, in as few launches as it can. A device
+  // that starts each at once ignores both.
+  virtual void hold_launches() {}
+  virtual void release_launches() {}
   // Makes slots [first, end) readable, waiting once for all of them; then they may be reused.
   virtual void read_back(int64_t first, int64_t end) = 0;
   // A slot of the last read_back().

@@ -222,6 +222,35 @@ TEST(CudaWatch, EntriesMatchTheCpuPassInEveryDtype) {
   }
 }
 
+// A foreach op's list of twenty CUDA tensors, written in place and read together (one launch),
+// one of them overflowing, shown in the frame or past its room: the trip and every entry as on
+// the CPU.
+TEST(CudaWatch, AListWrittenInPlaceIsReadTogetherAndTripsAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  auto model = torch::nn::Linear(4, 4);
+  for (int overflowing : {2, 18}) {
+    SCOPED_TRACE("overflowing tensor " + std::to_string(overflowing));
+    auto trip = [&](torch::Device where) {
+      std::vector<torch::Tensor> list;
+      for (int i = 0; i < 20; ++i) list.push_back(torch::full({3, 5}, 1.0f + static_cast<float>(i)));
+      list[overflowing][1][2] = 3e38f;
+      for (auto& t : list) t = t.to(where);
+      model->to(where);
+      std::ostringstream out;
+      sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out).headroom(true));
+      return expect_nonfinite([&] {
+        auto step = watch.batch();
+        model->forward(torch::ones({2, 4}, where));
+        torch::_foreach_mul_(list, 2.0);
+        step.finish();
+      });
+    };
+    const auto on_gpu = trip(gpu()), on_cpu = trip(torch::kCPU);
+    EXPECT_EQ(on_gpu.trigger().op, "aten::_foreach_mul_");
+    expect_same_report(on_gpu, on_cpu);
+  }
+}
+
 TEST(CudaWatch, GappedViewsAndIntegerTensorsAreLabelledNotRead) {
   SKIP_WITHOUT_GPU();
   struct AddImpl : torch::nn::Module {

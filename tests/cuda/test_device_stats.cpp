@@ -213,6 +213,61 @@ TEST(CudaKernels, RingReadsBackAcrossItsEndAfterOneWait) {
   cudaStreamDestroy(stream);
 }
 
+// Many tensors in few launches: 200 of every size class (empty, a few elements, unaligned,
+// larger than a block's pass), more than one launch holds, each into its own slot but every fifth
+// into one slot they share; each slot equals the CPU pass over its tensors (the shared one over
+// their concatenation).
+TEST(CudaKernels, ManyTensorsInOneLaunchEachEqualTheCpuPass) {
+  SKIP_WITHOUT_GPU();
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    torch::manual_seed(23);
+    const int64_t sizes[] = {0, 1, 7, 33, 4096 + 5, 70000};
+    std::vector<torch::Tensor> tensors;
+    std::vector<std::unique_ptr<DeviceCopy>> copies;
+    for (int i = 0; i < 200; ++i) {
+      tensors.push_back(oracle_suite(sizes[i % 6] + i).to(dtype));
+      copies.push_back(std::make_unique<DeviceCopy>(tensors.back(), i % 3 == 0 ? tensors.back().element_size() : 0));
+    }
+    DeviceSlot* slots = nullptr;
+    ok(cudaMalloc(&slots, sizeof(DeviceSlot) * tensors.size()));
+    ok(cudaMemset(slots, 0, sizeof(DeviceSlot) * tensors.size()));
+    std::vector<sentinel::cuda::TensorSpan> spans;
+    std::vector<torch::Tensor> shared;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const bool in_shared = i % 5 == 4;
+      if (in_shared) shared.push_back(tensors[i]);
+      spans.push_back({copies[i]->data, tensors[i].numel(), slots + (in_shared ? 4 : i)});
+    }
+    sentinel::cuda::reduce_many_into_slots(spans.data(), static_cast<int64_t>(spans.size()), dtype_of(tensors[0]), nullptr);
+    std::vector<DeviceSlot> host(tensors.size());
+    ok(cudaMemcpy(host.data(), slots, sizeof(DeviceSlot) * host.size(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (i % 5 == 4) continue;
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " tensor " + std::to_string(i));
+      sentinel::TensorStats want;
+      stats::compute(tensors[i], want);
+      expect_same_stats(sentinel::cuda::decode_stats(host[i]), want);
+    }
+    sentinel::TensorStats want;
+    stats::compute(torch::cat(shared), want);
+    expect_same_stats(sentinel::cuda::decode_stats(host[4]), want);
+    cudaFree(slots);
+  }
+}
+
+TEST(CudaKernels, ManyTensorsWithABadOneAreRefusedBeforeAnyLaunch) {
+  DeviceSlot slot{};
+  const float data[4] = {1, 2, 3, 4};
+  const sentinel::cuda::TensorSpan spans[] = {{data, 4, &slot}, {data, 4, nullptr}};
+  try {
+    sentinel::cuda::reduce_many_into_slots(spans, 2, DType::kFloat32, nullptr);
+    FAIL() << "a tensor without a slot was accepted";
+  } catch (const sentinel::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 1 of reduce_many_into_slots has no result slot"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CudaKernels, LaunchesWorkUnderCudaGraphCapture) {
   SKIP_WITHOUT_GPU();
   cudaStream_t stream;

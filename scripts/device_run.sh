@@ -2,7 +2,7 @@
 # There, on a lent GPU machine: runs the binaries scripts/device_pack.sh gathered here against that
 # machine's own PyTorch (the same build: checked first). Usage, as one device call carrying
 # .devcarry (docs/platform.md, "A GPU session"):
-#   bash scripts/device_run.sh STAGE...   STAGE: info cuda-tests checks sanitize bench python
+#   bash scripts/device_run.sh STAGE...   STAGE: info cuda-tests checks sanitize bench python python-bench
 # Logs go to $OUT; each stage is bounded so that one stage cannot spend the session.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +78,12 @@ for stage in "$@"; do
       SENTINEL_DEPS=.devdeps SENTINEL_BUILD_TARGETS=sentinel_python OUT="$out/python_build" \
         run 300 python_build bash scripts/cuda_check.sh build
       PYTHONPATH=build-cuda/python run 300 python_tests "$py" -m pytest -q -p no:cacheprovider tests/python
+      ;;
+    python-bench)
+      # After `python`: the Python GPT-2 step and forward, eager and compiled, watched and not.
+      [ -d build-cuda/python ] || { echo "device_run: python-bench needs the python stage first"; status=1; continue; }
+      TAIL_LINES=12 PYTHONPATH=build-cuda/python:bench run 420 python_gpu_step "$py" bench/python_gpu_step.py \
+        --rounds "${ROUNDS:-10}"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

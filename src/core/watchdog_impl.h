@@ -54,6 +54,10 @@ struct OpInfo {
   // Bit i: argument i is written in place and is not a result (core::written_unreturned): read
   // again at the op's end, labelled by its name or its argument's, argument_names (interned).
   uint64_t written_unreturned = 0;
+  // Of those, the bits written only when argument grad_scale_arg is given (a fused optimizer's
+  // gradients, unscaled in place: core::gradients_written_when_unscaled).
+  uint64_t written_when_unscaled = 0;
+  int grad_scale_arg = -1;
   std::vector<uint32_t> argument_names;
 };
 

@@ -9,6 +9,7 @@
 #include <ATen/core/ivalue.h>
 #include <fmt/core.h>
 
+#include <cstring>
 #include <vector>
 
 #include "core/entry_builder.h"
@@ -39,6 +40,20 @@ uint64_t written_unreturned(const c10::FunctionSchema& schema) {
     if (!returned) bits |= uint64_t{1} << i;
   }
   return bits;
+}
+
+void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSchema& schema, uint64_t* unless_unscaled,
+                                     int* grad_scale) {
+  if (std::strncmp(op_name, "aten::_fused_", 13) != 0) return;
+  int grads = -1, scale = -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && i < 64; ++i) {
+    if (args[i].name() == "grads") grads = static_cast<int>(i);
+    if (args[i].name() == "grad_scale") scale = static_cast<int>(i);
+  }
+  if (grads < 0 || scale < 0) return;
+  *unless_unscaled = uint64_t{1} << grads;
+  *grad_scale = scale;
 }
 
 }  // namespace core
@@ -75,12 +90,23 @@ void for_each_written(c10::ArrayRef<c10::IValue> inputs, uint64_t written, F&& f
 
 uint32_t counted_version(const at::Tensor& t) { return frames::keyed_memory(t) ? frames::version_of(t) : 0; }
 
+// The arguments this call of the op writes: a fused optimizer's gradients only when it unscales
+// them (core::gradients_written_when_unscaled).
+uint64_t written_by_call(c10::ArrayRef<c10::IValue> inputs, const OpInfo& info) {
+  uint64_t written = info.written_unreturned;
+  if (info.grad_scale_arg >= 0 && static_cast<size_t>(info.grad_scale_arg) < inputs.size() &&
+      inputs[static_cast<size_t>(info.grad_scale_arg)].isNone()) {
+    written &= ~info.written_when_unscaled;
+  }
+  return written;
+}
+
 }  // namespace
 
 void Watchdog::Impl::note_written_versions(c10::ArrayRef<c10::IValue> inputs, const OpInfo& info,
                                            std::vector<uint32_t>& versions) {
   versions.clear();
-  for_each_written(inputs, info.written_unreturned,
+  for_each_written(inputs, written_by_call(inputs, info),
                    [&](const at::Tensor& t, size_t, int) { versions.push_back(counted_version(t)); });
 }
 
@@ -92,7 +118,7 @@ void Watchdog::Impl::add_written_arguments(FrameRecord& f, const std::vector<c10
   };
   std::vector<at::Tensor> tensors;
   std::vector<Written> where;
-  for_each_written(inputs, info.written_unreturned, [&](const at::Tensor& t, size_t position, int sub) {
+  for_each_written(inputs, written_by_call(inputs, info), [&](const at::Tensor& t, size_t position, int sub) {
     tensors.push_back(t);
     where.push_back({position, sub});
   });

@@ -84,3 +84,34 @@ def test_reads_from_before_a_fused_step_are_not_taken_for_the_weights_new_values
     before, after = [f.entries[0].stats.abs_max for f in w.saved_frames() if f.op == "aten::abs"]
     assert after == weight[:2].detach().abs().max().item() != before
     w.close()
+
+
+def fused_adamw_step(params, grads, grad_scale=None):
+    """torch's fused AdamW op itself, on fresh state, with AMP's gradient scale or without."""
+    zeros = [torch.zeros_like(p) for p in params]
+    steps = [torch.ones(()) for _ in params]  # torch.optim counts the step before the op
+    torch._fused_adamw_(params, grads, zeros, [torch.zeros_like(p) for p in params], [], steps, lr=1e-3, beta1=0.9,
+                        beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False, grad_scale=grad_scale)
+
+
+def test_a_fused_optimizer_reads_its_gradients_again_only_when_it_unscales_them():
+    # Its schema marks the gradients written; its kernels write them only to unscale them by the
+    # gradient scale. Without one they are read once, as the op's inputs; with one, what the
+    # unscaling writes into them is read and judged as the op's own write (a scale of 0: inf).
+    model = deep(1)
+    w = Watch(model, max_frames_to_save=50)
+    params = [torch.randn(4, 3) for _ in range(3)]
+    grads = [torch.randn(4, 3) for _ in range(3)]
+    with w.batch():
+        fused_adamw_step(params, grads)
+    frame = [f for f in w.saved_frames() if f.op == "aten::_fused_adamw_"][-1]
+    written = [e.label for e in frame.entries if e.role == "output"]
+    assert written and not any(label.startswith("grads") for label in written), written
+    with pytest.raises(NonFiniteError) as caught:
+        with w.batch():
+            fused_adamw_step(params, grads, grad_scale=torch.tensor(0.0))
+    trigger = caught.value.report.trigger
+    assert trigger.op == "aten::_fused_adamw_"
+    inf_written = [e.label for e in trigger.entries if e.role == "output" and e.stats.pos_inf + e.stats.neg_inf + e.stats.nan]
+    assert any(label.startswith("grads[") for label in inf_written), [e.label for e in trigger.entries]
+    w.close()

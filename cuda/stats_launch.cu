@@ -139,8 +139,9 @@ void launch_many(const TensorSpan* spans, int64_t count, float min_normal, bool 
   auto launch = [&] {
     if (batch.count == 0) return;
     const int blocks = batch.first_block[batch.count];
-    if (headroom) kernel::reduce_many_kernel<Load, kernel::kHeadroom><<<blocks, kernel::kThreads, 0, stream>>>(batch, min_normal);
-    else kernel::reduce_many_kernel<Load, kernel::kNone><<<blocks, kernel::kThreads, 0, stream>>>(batch, min_normal);
+    using kernel::reduce_many_kernel;
+    if (headroom) reduce_many_kernel<Load, kernel::kHeadroom><<<blocks, kernel::kThreads, 0, stream>>>(batch, min_normal);
+    else reduce_many_kernel<Load, kernel::kNone><<<blocks, kernel::kThreads, 0, stream>>>(batch, min_normal);
     check_cuda(cudaGetLastError(), "launch of the statistics kernel over several tensors");
     batch.count = 0;
   };

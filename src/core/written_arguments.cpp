@@ -42,8 +42,8 @@ uint64_t written_unreturned(const c10::FunctionSchema& schema) {
   return bits;
 }
 
-void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSchema& schema, uint64_t* unless_unscaled,
-                                     int* grad_scale) {
+void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSchema& schema,
+                                     uint64_t* written_when_unscaled, int* grad_scale) {
   if (std::strncmp(op_name, "aten::_fused_", 13) != 0) return;
   int grads = -1, scale = -1;
   const auto& args = schema.arguments();
@@ -52,7 +52,7 @@ void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSch
     if (args[i].name() == "grad_scale") scale = static_cast<int>(i);
   }
   if (grads < 0 || scale < 0) return;
-  *unless_unscaled = uint64_t{1} << grads;
+  *written_when_unscaled = uint64_t{1} << grads;
   *grad_scale = scale;
 }
 

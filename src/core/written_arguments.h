@@ -15,9 +15,9 @@ uint64_t written_unreturned(const c10::FunctionSchema& schema);
 // ATen's fused optimizers (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, `_fused_adagrad_`)
 // annotate their `grads` as written, but their kernels store into them only to unscale them, when
 // the call's `grad_scale` is given (CPU and CUDA alike): without it the gradients keep the values
-// read at the op's start. For such an op, the bit of `grads` in `*unless_unscaled` and the
-// position of `grad_scale` in `*grad_scale`; otherwise they are left as they are.
-void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSchema& schema, uint64_t* unless_unscaled,
-                                     int* grad_scale);
+// read at the op's start. For such an op, the bit of `grads` in `*written_when_unscaled` and
+// the position of `grad_scale` in `*grad_scale`; otherwise they are left as they are.
+void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSchema& schema,
+                                     uint64_t* written_when_unscaled, int* grad_scale);
 
 }  // namespace sentinel::core

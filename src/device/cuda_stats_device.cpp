@@ -157,7 +157,9 @@ class CudaStatsDevice final : public StatsDevice {
       spans_.clear();
       for (size_t j = i; j < held.size(); ++j) {
         const Held& b = held[j];
-        if (done[j] || b.device != a.device || b.stream != a.stream || b.dtype != a.dtype || b.headroom != a.headroom) continue;
+        const bool same_launch =
+            b.device == a.device && b.stream == a.stream && b.dtype == a.dtype && b.headroom == a.headroom;
+        if (done[j] || !same_launch) continue;
         spans_.push_back(b.span);
         done[j] = true;
       }

@@ -35,7 +35,7 @@
 
 #include "cuda/device_stats.h"
 #include "cuda/recipe_device.h"
-#include "device/dense_span.h"
+#include "counting_device.h"
 #include "gpt2_model.h"
 #include "no_work_device.h"
 #include "step_profile.h"
@@ -331,35 +331,11 @@ void BM_Gpt2StepWatchedFp8Delayed(benchmark::State& state) {
 
 void BM_Gpt2StepWatchedAllRecipes(benchmark::State& state) { run_watched_steps(state, all_recipes()); }
 
-// The CUDA device, counting the bytes its reductions pass over (the tensor's, or the dense span's
-// of an expanded view): what the sentinel kernels of a profiled step read, for their bandwidth.
-int64_t bytes_enqueued = 0;
-
-class CountingCudaDevice final : public sentinel::device::StatsDevice {
- public:
-  explicit CountingCudaDevice(std::unique_ptr<sentinel::device::StatsDevice> inner) : inner_(std::move(inner)) {}
-  bool owns(const at::Tensor& t) const override { return inner_->owns(t); }
-  sentinel::stats::Readability readability(const at::Tensor& t) const override { return inner_->readability(t); }
-  bool replays_recipes() const override { return inner_->replays_recipes(); }
-  void enqueue(const at::Tensor& t, int64_t slot, const sentinel::device::Request& r) override {
-    inner_->enqueue(t, slot, r);
-    const auto span = sentinel::device::dense_span(t.sizes(), t.strides());
-    const int64_t elements = t.is_non_overlapping_and_dense() || !span ? t.numel() : span->numel;
-    bytes_enqueued += elements * static_cast<int64_t>(t.element_size());
-  }
-  void read_back(int64_t first, int64_t end) override { inner_->read_back(first, end); }
-  sentinel::device::SlotResult result(int64_t slot) const override { return inner_->result(slot); }
-  int64_t capacity() const override { return inner_->capacity(); }
-  bool capturing() const override { return inner_->capturing(); }
-  int64_t synchronisations() const override { return inner_->synchronisations(); }
-
- private:
-  std::unique_ptr<sentinel::device::StatsDevice> inner_;
-};
-
-std::unique_ptr<sentinel::device::StatsDevice> counting_cuda_device(int64_t capacity) {
-  return std::make_unique<CountingCudaDevice>(sentinel::device::make_cuda_device(capacity));
+// The CUDA device, for bench::counting_device (sentinel::device::DeviceFactory's signature).
+std::unique_ptr<sentinel::device::StatsDevice> cuda_device(int64_t capacity) {
+  return sentinel::device::make_cuda_device(capacity);
 }
+constexpr sentinel::device::DeviceFactory counting_cuda_device = bench::counting_device<cuda_device>;
 
 // One step of each kind under PyTorch's profiler, after the warm-up: the GPU's span, busy time,
 // summed activity and the sentinel kernels' share, per kind, as counters; for the watched step,
@@ -393,12 +369,13 @@ void BM_Gpt2StepProfile(benchmark::State& state) {
         sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(kind.fp8));
         for (int i = 0; i < kWarmUpSteps; ++i) watched_gpt2_step(rig, watch);
         torch::cuda::synchronize();
-        bytes_enqueued = 0;
+        const int64_t bytes_before = bench::counted_reads.span_bytes;
         const bench::StepProfile p = bench::profile_step([&] { watched_gpt2_step(rig, watch); });
         record(kind.name, p);
         if (kind.device == counting_cuda_device && p.sentinel_ms > 0) {
-          state.counters["watched_read_GB"] = static_cast<double>(bytes_enqueued) / 1e9;
-          state.counters["watched_read_TBps"] = static_cast<double>(bytes_enqueued) / 1e9 / p.sentinel_ms;
+          const auto bytes = static_cast<double>(bench::counted_reads.span_bytes - bytes_before);
+          state.counters["watched_read_GB"] = bytes / 1e9;
+          state.counters["watched_read_TBps"] = bytes / 1e9 / p.sentinel_ms;
         }
         sentinel::device::set_device_factory_for_testing(nullptr);
       }

@@ -16,37 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/counting_device.h"
 #include "bench/gpt2_model.h"
 #include "device/stats_device.h"
 
 namespace {
 
 namespace device = sentinel::device;
-
-int64_t elements_read = 0;  // by the counting device made for the current run
-
-// The CPU deferring device, counting the elements each reduction passes over.
-class CountingDevice final : public device::StatsDevice {
- public:
-  explicit CountingDevice(int64_t capacity) : inner_(device::make_cpu_deferred_device(capacity)) {}
-  bool owns(const at::Tensor& t) const override { return inner_->owns(t); }
-  sentinel::stats::Readability readability(const at::Tensor& t) const override { return inner_->readability(t); }
-  void enqueue(const at::Tensor& t, int64_t slot, const device::Request& r) override {
-    elements_read += t.numel();
-    inner_->enqueue(t, slot, r);
-  }
-  void read_back(int64_t first, int64_t end) override { inner_->read_back(first, end); }
-  device::SlotResult result(int64_t slot) const override { return inner_->result(slot); }
-  int64_t capacity() const override { return inner_->capacity(); }
-  int64_t synchronisations() const override { return inner_->synchronisations(); }
-
- private:
-  std::unique_ptr<device::StatsDevice> inner_;
-};
-
-std::unique_ptr<device::StatsDevice> counting_device(int64_t capacity) {
-  return std::make_unique<CountingDevice>(capacity);
-}
 
 struct StepCounts {
   int64_t frames = 0, reads = 0, reused = 0, elements = 0;
@@ -59,13 +35,13 @@ StepCounts watched_step_counts(int64_t batch, int64_t seq) {
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
   const auto ids = torch::randint(model->config.vocab, {batch, seq}, torch::kLong);
   const auto targets = torch::randint(model->config.vocab, {batch * seq}, torch::kLong);
-  device::set_device_factory_for_testing(counting_device);
+  device::set_device_factory_for_testing(bench::counting_device<device::make_cpu_deferred_device>);
   std::ostringstream out;
   sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
   StepCounts counts;
   for (int step = 0; step < 2; ++step) {
     const auto before = watch.device_counters();
-    const int64_t elements_before = elements_read;
+    const int64_t elements_before = bench::counted_reads.elements;
     optimizer.zero_grad();
     auto guard = watch.batch();
     auto logits = model->forward(ids);
@@ -77,7 +53,8 @@ StepCounts watched_step_counts(int64_t batch, int64_t seq) {
     const auto after = watch.device_counters();
     counts = StepCounts{after.frames_deferred - before.frames_deferred,
                         after.tensors_read_on_device - before.tensors_read_on_device,
-                        after.device_reads_reused - before.device_reads_reused, elements_read - elements_before};
+                        after.device_reads_reused - before.device_reads_reused,
+                        bench::counted_reads.elements - elements_before};
   }
   device::set_device_factory_for_testing(nullptr);
   return counts;

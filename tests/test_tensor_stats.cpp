@@ -8,6 +8,7 @@
 #include <random>
 
 #include "stats/tensor_stats.h"
+#include "stats/tensor_walk.h"
 #include "support/simd_levels.h"
 
 namespace {
@@ -296,14 +297,10 @@ TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
       });
     }
   }
-  // Small tensors, views with gaps and reads inside a parallel region stay on one thread.
+  // Small tensors stay on one thread.
   at::set_num_threads(2);
   int threads_used = 0;
   TensorStats s;
-  auto columns = torch::randn({2048, 1024}).slice(1, 0, 1000);
-  sentinel::stats::compute_across_threads(columns, s, &threads_used);
-  EXPECT_EQ(threads_used, 1);
-  expect_equal(s, oracle(columns), "column slice");
   sentinel::stats::compute_across_threads(torch::randn({1000}), s, &threads_used);
   EXPECT_EQ(threads_used, 1);
   // Tensors it cannot read, large or not, say why as compute() does.
@@ -314,6 +311,83 @@ TEST(Stats, LargeReadsSplitBetweenAtenThreadsAddUp) {
     TensorStats alone;
     EXPECT_EQ(sentinel::stats::compute_across_threads(t, s), sentinel::stats::compute(t, alone));
   }
+}
+
+// Views with gaps are read as rows in memory order, split between threads by rows.
+TEST(Stats, ViewsWithGapsSplitBetweenAtenThreadsAddUp) {
+  const RestoreThreads restore;
+  torch::manual_seed(19);
+  const double inf = std::numeric_limits<double>::infinity();
+  const double specials[] = {inf, -inf, std::nan(""), 0.0, -0.0, 1e-41, 1e-310, 3e38};
+  auto with_specials = [&](torch::Tensor base) {
+    auto flat = base.view({-1});
+    for (int64_t i = 0; i < flat.numel(); i += 997) flat[i] = specials[(i / 997) % 8];
+    return base;
+  };
+  auto qkv = with_specials(torch::randn({8, 128, 3 * 4 * 64}, torch::kDouble));
+  auto wide = with_specials(torch::randn({2048, 1024}, torch::kDouble));
+  auto row = with_specials(torch::randn({1, 1000}, torch::kDouble));
+  for (int threads : {2, 3}) {
+    at::set_num_threads(threads);
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+      const std::vector<std::pair<std::string, torch::Tensor>> views = {
+          {"head", qkv.to(dtype).view({8, 128, 3, 4, 64}).select(2, 1).transpose(1, 2)},
+          {"columns", wide.to(dtype).slice(1, 0, 1000)},
+          {"broadcast row", row.to(dtype).expand({600, 1000})}};
+      at_every_simd_level([&] {
+        for (const auto& [name, view] : views) {
+          const std::string what = name + " " + c10::toString(dtype) + ", " + std::to_string(threads) + " threads";
+          ASSERT_FALSE(view.is_non_overlapping_and_dense()) << what;
+          TensorStats got;
+          int threads_used = 0;
+          ASSERT_EQ(sentinel::stats::compute_across_threads(view, got, &threads_used), Readability::Read) << what;
+          expect_equal(got, oracle(view), what);
+          EXPECT_EQ(threads_used, threads) << what;
+        }
+      });
+    }
+  }
+}
+
+// Every element of a view is visited once, whichever ranges of rows cover it, and the rows of a
+// view without broadcast dimensions come in memory order. The oracle: the view of a tensor whose
+// elements are their own offsets.
+TEST(Stats, RowLayoutVisitsEveryElementOnceInMemoryOrder) {
+  auto offsets = torch::arange(6 * 8 * 10 * 12, torch::kLong).view({6, 8, 10, 12});
+  const std::vector<std::pair<std::string, torch::Tensor>> views = {
+      {"head", offsets.view({6, 8, 2, 60}).select(2, 1).view({6, 8, 5, 12}).transpose(1, 2)},
+      {"permuted slice", offsets.permute({2, 0, 3, 1}).slice(2, 1, 11, 3)},
+      {"every other row", offsets.slice(1, 0, 8, 2)},
+      {"broadcast", offsets.select(0, 2).select(0, 3).unsqueeze(0).expand({4, 10, 12})},
+      {"one element", offsets.slice(0, 5, 6).slice(1, 7, 8).slice(2, 9, 10).slice(3, 11, 12)}};
+  for (const auto& [name, view] : views) {
+    const sentinel::stats::kernels::RowLayout layout(view);
+    const int64_t rows = layout.rows();
+    EXPECT_EQ(rows * layout.run_length(), view.numel()) << name;
+    const bool broadcast = name == "broadcast";
+    for (int64_t cut = 0; cut <= rows; cut += std::max<int64_t>(1, rows / 5)) {
+      std::vector<int64_t> visited;
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, cut}, {cut, rows}}) {
+        layout.for_each_row(begin, end, [&](int64_t offset, int64_t n, int64_t stride) {
+          if (!broadcast && !visited.empty()) {
+            EXPECT_GT(view.storage_offset() + offset, visited.back()) << name << ": rows out of memory order";
+          }
+          for (int64_t i = 0; i < n; ++i) visited.push_back(view.storage_offset() + offset + i * stride);
+        });
+      }
+      auto want = view.contiguous().view({-1});
+      std::vector<int64_t> expected(want.data_ptr<int64_t>(), want.data_ptr<int64_t>() + want.numel());
+      std::sort(visited.begin(), visited.end());
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(visited, expected) << name << ", rows cut at " << cut;
+    }
+  }
+  // The head of a packed projection is rows of all its heads' columns together.
+  auto qkv = torch::zeros({4, 128, 768});
+  const sentinel::stats::kernels::RowLayout head(qkv.view({4, 128, 3, 4, 64}).select(2, 0).transpose(1, 2));
+  EXPECT_EQ(head.rows(), 4 * 128);
+  EXPECT_EQ(head.run_length(), 256);
+  EXPECT_EQ(head.run_stride(), 1);
 }
 
 TEST(Stats, ListsOfTensorsReadTogetherMatchTheOracle) {

@@ -4,7 +4,8 @@
 // one: the larger the machine, the larger the watched step's share of reading. Splitting a large
 // tensor's memory into contiguous parts, one per thread of ATen's own pool, reads it at the speed
 // the model's elementwise ops write it, and the parts match how those ops split their outputs
-// (contiguous ranges), so each core reads what it wrote, from its own cache.
+// (contiguous ranges), so each core reads what it wrote, from its own cache. A view with gaps is
+// split between its rows, taken in memory order (kernels::RowLayout).
 //
 // ATen's parallel_for is a header template: under ATen's OpenMP backend its region is an OpenMP
 // pragma, so this file is compiled with the compiler's OpenMP flags (CMakeLists.txt). Compiled
@@ -21,10 +22,9 @@ namespace sentinel {
 namespace stats {
 namespace {
 
-// Smaller parts cost more than they save: waking a second thread and reading what another core
-// wrote outweigh half a read below about half a MiB (docs/benchmarks.md, "Reads across ATen's
-// threads").
-constexpr int64_t kMinPartBytes = int64_t{512} << 10;
+// Smaller parts cost more than they save: below about 128 KiB, waking a second thread outweighs
+// half a read (docs/benchmarks.md, "Reads across ATen's threads").
+constexpr int64_t kMinPartBytes = int64_t{128} << 10;
 // Parts start on whole vector chunks of the kernel.
 constexpr int64_t kPartAlignment = 1024;
 // On the stack: a read allocates nothing (small allocations made during a step can keep malloc
@@ -65,18 +65,27 @@ Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* t
   // Every op's small results come this way: the cheap tests first, and compute() alone (with its
   // own readability check) for a tensor too small to split.
   if (bytes_to_read(t) < 2 * kMinPartBytes || !is_floating(t.scalar_type()) || compute_readability(t) != Readability::Read ||
-      !t.is_non_overlapping_and_dense() || at::in_parallel_region()) {
+      at::in_parallel_region()) {
     return compute(t, out);
   }
-  const int64_t n = t.numel();
-  const int64_t parts = std::min({int64_t{at::get_num_threads()}, n * t.element_size() / kMinPartBytes, kMaxParts});
+  const bool dense = t.is_non_overlapping_and_dense();
+  // A view with gaps is split between its rows (src/stats/tensor_walk.h), whole rows to a part.
+  const int64_t n = dense ? t.numel() : gapped_rows(t);
+  const int64_t parts =
+      std::min({int64_t{at::get_num_threads()}, t.numel() * t.element_size() / kMinPartBytes, n, kMaxParts});
   if (parts < 2) return compute(t, out);
   auto part_start = [&](int64_t p) {
-    return p == parts ? n : std::min(n, (n * p / parts) / kPartAlignment * kPartAlignment);
+    if (p == parts) return n;
+    return dense ? std::min(n, (n * p / parts) / kPartAlignment * kPartAlignment) : n * p / parts;
   };
   std::array<TensorStats, kMaxParts> part_stats;
-  read_parts(parts, threads_used,
-             [&](int64_t p) { compute_dense_range(t, part_start(p), part_start(p + 1), part_stats[p]); });
+  read_parts(parts, threads_used, [&](int64_t p) {
+    if (dense) {
+      compute_dense_range(t, part_start(p), part_start(p + 1), part_stats[p]);
+    } else {
+      compute_gapped_rows(t, part_start(p), part_start(p + 1), part_stats[p]);
+    }
+  });
   out = TensorStats{};
   for (int64_t p = 0; p < parts; ++p) merge_part(part_stats[p], out);
   return Readability::Read;

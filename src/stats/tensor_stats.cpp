@@ -89,9 +89,10 @@ void reduce_any(const T* p, int64_t n, int64_t stride, TensorStats& out) {
 // rows. Reduced one by one, each row would pay the vector kernel's setup and its final reduction
 // across lanes (a 64-element row reads at a fifth of the dense speed); gathered into one buffer,
 // the rows are reduced 4096 elements at a time. Counts and extremes do not depend on the order
-// in which elements are visited, so the numbers are those of a row-by-row walk.
+// in which elements are visited, so the numbers are those of any other walk. Rows [begin, end)
+// of the view's RowLayout.
 template <typename T>
-void reduce_gathered(const at::Tensor& t, TensorStats& out) {
+void reduce_gathered(const at::Tensor& t, const RowLayout& layout, int64_t begin, int64_t end, TensorStats& out) {
   using acc_t = typename Widen<T>::acc_t;
   const acc_t inf = std::numeric_limits<acc_t>::infinity();
   const acc_t min_normal = static_cast<acc_t>(smallest_normal<T>());
@@ -109,7 +110,9 @@ void reduce_gathered(const at::Tensor& t, TensorStats& out) {
       in_block = 0;
     }
   };
-  kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t stride) {
+  const T* base = static_cast<const T*>(read_only_data(t));
+  layout.for_each_row(begin, end, [&](int64_t offset, int64_t n, int64_t stride) {
+    const T* p = base + offset;
     for (int64_t i = 0; i < n;) {
       const int64_t m = std::min(kChunk - filled, n - i);
       if (std::is_same_v<T, acc_t> && stride == 1) {
@@ -130,7 +133,8 @@ template <typename T>
 void reduce_tensor(const at::Tensor& t, TensorStats& out) {
   if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, c10::Half> || std::is_same_v<T, c10::BFloat16>) {
     if (!t.is_non_overlapping_and_dense()) {
-      reduce_gathered<T>(t, out);
+      const RowLayout layout(t);
+      reduce_gathered<T>(t, layout, 0, layout.rows(), out);
       return;
     }
   }
@@ -231,6 +235,20 @@ void compute_dense_range(const at::Tensor& t, int64_t begin, int64_t end, Tensor
     case c10::kDouble: reduce_span(static_cast<const double*>(base) + begin, end - begin, 1, out); break;
     case c10::kHalf: reduce_span(static_cast<const c10::Half*>(base) + begin, end - begin, 1, out); break;
     case c10::kBFloat16: reduce_span(static_cast<const c10::BFloat16*>(base) + begin, end - begin, 1, out); break;
+    default: break;
+  }
+}
+
+int64_t gapped_rows(const at::Tensor& t) { return kernels::RowLayout(t).rows(); }
+
+void compute_gapped_rows(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out) {
+  out = TensorStats{};
+  const kernels::RowLayout layout(t);
+  switch (t.scalar_type()) {
+    case c10::kFloat: reduce_gathered<float>(t, layout, begin, end, out); break;
+    case c10::kDouble: reduce_gathered<double>(t, layout, begin, end, out); break;
+    case c10::kHalf: reduce_gathered<c10::Half>(t, layout, begin, end, out); break;
+    case c10::kBFloat16: reduce_gathered<c10::BFloat16>(t, layout, begin, end, out); break;
     default: break;
   }
 }

@@ -52,9 +52,10 @@ enum class Readability {
 // zeros, as HF shows them. Anything else returns why it was not read.
 Readability compute(const at::Tensor& t, TensorStats& out);
 
-// compute(), with a large dense floating tensor read by ATen's intra-op threads at once, each a
-// contiguous part of its memory (src/stats/intraop_reads.cpp): where the model's ops run on every
-// core, so do the reads of what they made. The same numbers as compute(). For the watching
+// compute(), with a large floating tensor read by ATen's intra-op threads at once, each a
+// contiguous part of its memory or, for a view with gaps, a range of its rows
+// (src/stats/intraop_reads.cpp): where the model's ops run on every core, so do the reads of what
+// they made. The same numbers as compute(). For the watching
 // thread, in an op's callback; not for a thread of the watchdog's own (it would start a second
 // team of threads beside ATen's).
 // `threads_used`, when given, is set to the number of threads that read a part (1 when not split).
@@ -70,6 +71,11 @@ void compute_many(c10::ArrayRef<at::Tensor> tensors, TensorStats* out, Readabili
 // The statistics of elements [begin, end) of a dense floating tensor, in memory order (its span,
 // whatever its strides): one part of compute_across_threads' read.
 void compute_dense_range(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out);
+
+// A floating view with gaps (not non-overlapping and dense) read in parts: its rows in memory
+// order (kernels::RowLayout, src/stats/tensor_walk.h), and the statistics of rows [begin, end).
+int64_t gapped_rows(const at::Tensor& t);
+void compute_gapped_rows(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out);
 
 // Adds the statistics of a part of a tensor to those of the parts before it.
 inline void merge_part(const TensorStats& part, TensorStats& total) {

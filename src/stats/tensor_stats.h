@@ -55,9 +55,8 @@ Readability compute(const at::Tensor& t, TensorStats& out);
 // compute(), with a large floating tensor read by ATen's intra-op threads at once, each a
 // contiguous part of its memory or, for a view with gaps, a range of its rows
 // (src/stats/intraop_reads.cpp): where the model's ops run on every core, so do the reads of what
-// they made. The same numbers as compute(). For the watching
-// thread, in an op's callback; not for a thread of the watchdog's own (it would start a second
-// team of threads beside ATen's).
+// they made. The same numbers as compute(). For the watching thread, in an op's callback; not for
+// a thread of the watchdog's own (it would start a second team of threads beside ATen's).
 // `threads_used`, when given, is set to the number of threads that read a part (1 when not split).
 Readability compute_across_threads(const at::Tensor& t, TensorStats& out, int* threads_used = nullptr);
 

@@ -104,7 +104,8 @@ void for_each_run(const at::Tensor& t, Run&& run) {
     return;
   }
   const RowLayout layout(t);
-  layout.for_each_row(0, layout.rows(), [&](int64_t offset, int64_t n, int64_t stride) { run(base + offset, n, stride); });
+  layout.for_each_row(0, layout.rows(),
+                      [&](int64_t offset, int64_t n, int64_t stride) { run(base + offset, n, stride); });
 }
 
 }  // namespace kernels

@@ -1,9 +1,10 @@
 """What watching costs a torch.compile'd model: the benchmarks' transformer (6 layers, d_model 256,
 4 heads, feed-forward 1024, batch 4 x 128 tokens; bench/python_eager.py's) compiled with Inductor,
 its training step (forward, loss.backward()) unwatched and watched by overflow_sentinel.Watch, and
-the eager step watched for reference. Copies of one model, run back to back in a rotating order
-within each round; each round gives the ratios to the unwatched compiled step, and the medians and
-quartiles over the rounds are printed, with the memory a watched call keeps for its replay.
+the eager step watched for reference. Copies of one model, each run on a thread of its own
+(python_eager.py's timed_rounds), back to back in a rotating order within each round; each round
+gives the ratios to the unwatched compiled step, and the medians and quartiles over the rounds are
+printed, with the memory a watched call keeps for its replay.
 
     OPENBLAS_NUM_THREADS=1 scripts/python.sh bench/python_compiled.py [--rounds N]
 """

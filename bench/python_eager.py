@@ -3,16 +3,20 @@ heads, feed-forward 1024, batch 4 x 128 tokens; bench/transformer_model.h) writt
 forward and its training step (forward, loss.backward()), unwatched, watched by
 overflow_sentinel.DebugUnderflowOverflow, and under an HF-style Python hook on every module
 (abs().min(), abs().max(), isnan().any(), isinf().any() of its parameters, input and output, each
-read with .item(), as Hugging Face's class computes). Three copies of one model, run back to back in
-a rotating order within each round; each round gives the ratios to the unwatched run, and the
-medians and quartiles over the rounds are printed.
+read with .item(), as Hugging Face's class computes). Three copies of one model, each run on a
+thread of its own (a backward that no batch is open for is handed to the watchdog that last opened
+one on its thread: on one thread, the unwatched model's backward would be watched too), back to
+back in a rotating order within each round; each round gives the ratios to the unwatched run, and
+the medians and quartiles over the rounds are printed.
 
     OPENBLAS_NUM_THREADS=1 scripts/python.sh bench/python_eager.py [--rounds N]
 """
 
 import argparse
 import copy
+import queue
 import statistics
+import threading
 import time
 
 import torch
@@ -48,15 +52,52 @@ def timed(fn):
     return time.perf_counter() - start
 
 
-def timed_rounds(models, step, rounds):
-    """{mode: [seconds]}: each round runs `step` on every model back to back, in a rotating order
-    (no mode always runs first)."""
+class ModeThread:
+    """A thread that runs one mode's steps, one at a time, when asked: the watchdog's callbacks
+    belong to the threads it watches, and the other modes' threads pay nothing for them."""
+
+    def __init__(self):
+        self._jobs, self._results = queue.Queue(), queue.Queue()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._results.put(timed(job))
+            except BaseException as error:  # noqa: BLE001 - raised again on the caller's thread
+                self._results.put(error)
+
+    def timed(self, job):
+        self._jobs.put(job)
+        result = self._results.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def close(self):
+        self._jobs.put(None)
+        self._thread.join()
+
+
+def timed_rounds(models, step, rounds, warm_up=False):
+    """{mode: [seconds]}: each round runs `step` on every model back to back, each model on a
+    thread of its own, in a rotating order (no mode always runs first); with `warm_up`, one step
+    of each first, untimed."""
+    threads = {mode: ModeThread() for mode in models}
     times = {mode: [] for mode in models}
     order = list(models)
-    for _ in range(rounds):
-        order = order[1:] + order[:1]
-        for mode in order:
-            times[mode].append(timed(lambda: step(models[mode])))
+    try:
+        if warm_up:
+            for mode in order:
+                threads[mode].timed(lambda: step(models[mode]))
+        for _ in range(rounds):
+            order = order[1:] + order[:1]
+            for mode in order:
+                times[mode].append(threads[mode].timed(lambda: step(models[mode])))
+    finally:
+        for thread in threads.values():
+            thread.close()
     return times
 
 
@@ -93,9 +134,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; {args.rounds} rounds")
     print(f"{'case':<12} {'mode':<10} {'median ms':>10} {'ratio':>7} {'quartiles':>13}")
     for name, step in (("forward", forward), ("train_step", train_step)):
-        for model in models.values():
-            step(model)  # warm-up
-        print_ratios(name, timed_rounds(models, step, args.rounds), "unwatched")
+        print_ratios(name, timed_rounds(models, step, args.rounds, warm_up=True), "unwatched")
     debug.close()
 
 

@@ -156,23 +156,29 @@ void moments_span(const T* p, int64_t n, int64_t stride, TensorStats& out, Momen
   });
 }
 
+// Calls f(T{}) with T the element type of a floating dtype; false for any other dtype.
+template <typename F>
+bool with_float_type(c10::ScalarType dtype, F&& f) {
+  switch (dtype) {
+    case c10::kFloat: f(float{}); return true;
+    case c10::kDouble: f(double{}); return true;
+    case c10::kHalf: f(c10::Half{}); return true;
+    case c10::kBFloat16: f(c10::BFloat16{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 Readability compute_with_moments(const at::Tensor& t, TensorStats& out, MomentsAccumulator& moments) {
   out = TensorStats{};
   const Readability readable = compute_readability(t);
   if (readable != Readability::Read) return readable;
-  auto run = [&](auto tag) {
+  const bool floating = with_float_type(t.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t s) { moments_span<T>(p, n, s, out, moments); });
-  };
-  switch (t.scalar_type()) {
-    case c10::kFloat: run(float{}); return Readability::Read;
-    case c10::kDouble: run(double{}); return Readability::Read;
-    case c10::kHalf: run(c10::Half{}); return Readability::Read;
-    case c10::kBFloat16: run(c10::BFloat16{}); return Readability::Read;
-    default: return compute(t, out);  // integers: statistics only, no menu
-  }
+  });
+  return floating ? Readability::Read : compute(t, out);  // integers: statistics only, no menu
 }
 
 namespace {
@@ -198,17 +204,10 @@ void headroom_span(const T* p, int64_t n, int64_t stride, HeadroomCounts& out) {
 bool compute_headroom(const at::Tensor& t, HeadroomCounts& out) {
   out = HeadroomCounts{};
   if (compute_readability(t) != Readability::Read) return false;
-  auto run = [&](auto tag) {
+  return with_float_type(t.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     kernels::for_each_run<T>(t, [&](const T* p, int64_t n, int64_t s) { headroom_span<T>(p, n, s, out); });
-  };
-  switch (t.scalar_type()) {
-    case c10::kFloat: run(float{}); return true;
-    case c10::kDouble: run(double{}); return true;
-    case c10::kHalf: run(c10::Half{}); return true;
-    case c10::kBFloat16: run(c10::BFloat16{}); return true;
-    default: return false;
-  }
+  });
 }
 
 Readability compute_readability(const at::Tensor& t) {
@@ -229,14 +228,10 @@ Readability compute_readability(const at::Tensor& t) {
 
 void compute_dense_range(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out) {
   out = TensorStats{};
-  const void* base = read_only_data(t);
-  switch (t.scalar_type()) {
-    case c10::kFloat: reduce_span(static_cast<const float*>(base) + begin, end - begin, 1, out); break;
-    case c10::kDouble: reduce_span(static_cast<const double*>(base) + begin, end - begin, 1, out); break;
-    case c10::kHalf: reduce_span(static_cast<const c10::Half*>(base) + begin, end - begin, 1, out); break;
-    case c10::kBFloat16: reduce_span(static_cast<const c10::BFloat16*>(base) + begin, end - begin, 1, out); break;
-    default: break;
-  }
+  with_float_type(t.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    reduce_span(static_cast<const T*>(read_only_data(t)) + begin, end - begin, 1, out);
+  });
 }
 
 int64_t gapped_rows(const at::Tensor& t) { return kernels::RowLayout(t).rows(); }
@@ -244,13 +239,7 @@ int64_t gapped_rows(const at::Tensor& t) { return kernels::RowLayout(t).rows(); 
 void compute_gapped_rows(const at::Tensor& t, int64_t begin, int64_t end, TensorStats& out) {
   out = TensorStats{};
   const kernels::RowLayout layout(t);
-  switch (t.scalar_type()) {
-    case c10::kFloat: reduce_gathered<float>(t, layout, begin, end, out); break;
-    case c10::kDouble: reduce_gathered<double>(t, layout, begin, end, out); break;
-    case c10::kHalf: reduce_gathered<c10::Half>(t, layout, begin, end, out); break;
-    case c10::kBFloat16: reduce_gathered<c10::BFloat16>(t, layout, begin, end, out); break;
-    default: break;
-  }
+  with_float_type(t.scalar_type(), [&](auto tag) { reduce_gathered<decltype(tag)>(t, layout, begin, end, out); });
 }
 
 Readability compute(const at::Tensor& t, TensorStats& out) {

@@ -76,6 +76,44 @@ TEST(CppFrontend, OverflowInALinearIsFoundAtThatOpWithParameterNames) {
   EXPECT_EQ(debug.batch_number(), 3);
 }
 
+// The index follows the model's tree between batches: a module replaced, and a parameter moved to
+// other memory by set_() (found through its storage, as addmm gets weight.t()), are named as the
+// model holds them when the batch runs.
+TEST(CppFrontend, ModulesAndParametersChangedBetweenBatchesAreNamedAsTheyNowAre) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  auto expect_weight_named = [&](int64_t batch) {
+    try {
+      debug.forward(small_input());
+      FAIL() << "expected NonFiniteError in batch " << batch;
+    } catch (const sentinel::NonFiniteError& e) {
+      const auto& f = e.report().trigger();
+      EXPECT_EQ(e.report().batch_number, batch);
+      EXPECT_EQ(f.module_path, "fc2");
+      EXPECT_EQ(f.attribution, sentinel::Attribution::Parameter);
+      const auto* weight = find_entry(f, "weight");
+      ASSERT_NE(weight, nullptr);
+      EXPECT_GT(weight->stats.pos_inf, 0);
+    }
+  };
+  debug.forward(small_input());
+  debug.forward(small_input());  // (a batch that finds the tree unchanged)
+  {
+    torch::NoGradGuard g;
+    torch::nn::Linear fresh(8, 3);
+    fresh->weight.fill_(std::numeric_limits<float>::infinity());
+    model->fc2 = model->replace_module("fc2", fresh);
+  }
+  expect_weight_named(2);
+  {
+    torch::NoGradGuard g;
+    model->fc2->weight.set_(torch::full({3, 8}, std::numeric_limits<float>::infinity()));
+  }
+  expect_weight_named(3);
+}
+
 // The place rule: the inf exp makes inside the first Block's scope is tolerated there, and is an
 // error when the next Block's Linear reads it; the report ends at that read and names exp.
 TEST(CppFrontend, InfMadeBetweenSubModulesIsFoundAtTheOpThroughTheModuleScope) {

@@ -12,7 +12,6 @@ class RecordFunction;
 }
 namespace c10 {
 struct IValue;
-struct OperatorName;
 struct FunctionSchema;
 }  // namespace c10
 
@@ -24,13 +23,14 @@ class OpCall {
   explicit OpCall(const at::RecordFunction& fn, bool at_end);
 
   const char* name() const { return name_; }
+  // The schema's overload ("Tensor" of aten::add.Tensor); "" for none and for events without one.
+  const char* overload_name() const;
   // Autograd's sequence number (-1: not recorded for autograd); a backward node has its forward op's.
   int64_t seq_nr() const { return seq_nr_; }
   // The arguments (start callbacks) and the results (end callbacks; empty when the op threw).
   c10::ArrayRef<c10::IValue> inputs() const { return inputs_; }
   c10::ArrayRef<c10::IValue> outputs() const { return outputs_; }
-  // Not on the per-op path: each makes copies of strings.
-  c10::optional<c10::OperatorName> operator_name() const;
+  // Not on the per-op path: a copy of the schema, its strings and types.
   c10::optional<c10::FunctionSchema> schema() const;
 
  private:

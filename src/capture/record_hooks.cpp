@@ -43,7 +43,7 @@ OpCall::OpCall(const at::RecordFunction& fn, bool at_end) : fn_(fn), name_(fn.na
   }
 }
 
-c10::optional<c10::OperatorName> OpCall::operator_name() const { return fn_.operator_name(); }
+const char* OpCall::overload_name() const { return fn_.overload_name(); }
 c10::optional<c10::FunctionSchema> OpCall::schema() const { return fn_.operator_schema(); }
 
 // ---- LibTorch's thread state at a thread's exit ------------------------------------------------

@@ -40,8 +40,41 @@ ModelIndex::~ModelIndex() = default;
 
 bool ModelIndex::is_torchscript() const { return jit_model_ != nullptr; }
 
+namespace {
+// A module's own parameters, read in place: named_parameters() copies them into a new dictionary.
+struct ParametersOf : torch::nn::Module {
+  static const torch::OrderedDict<std::string, at::Tensor>& of(const torch::nn::Module& m) {
+    return m.*(&ParametersOf::parameters_);
+  }
+};
+}  // namespace
+
+void ModelIndex::collect_layout(const torch::nn::Module& module, std::vector<uintptr_t>& out) {
+  const std::hash<std::string> hash;
+  out.push_back(reinterpret_cast<uintptr_t>(&module));
+  const auto& parameters = ParametersOf::of(module);
+  out.push_back(parameters.size());
+  for (const auto& p : parameters) {
+    out.push_back(hash(p.key()));
+    const at::Tensor& t = p.value();
+    out.push_back(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
+    // (set_() moves a tensor to other memory: its views are found by their storage.)
+    out.push_back(t.defined() && t.has_storage() ? reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()) : 0);
+  }
+  const auto children = module.named_children();
+  out.push_back(children.size());
+  for (const auto& child : children) {
+    out.push_back(hash(child.key()));
+    collect_layout(*child.value(), out);
+  }
+}
+
 void ModelIndex::refresh() {
-  if (cpp_model_) index_cpp();
+  if (!cpp_model_) return;
+  layout_now_.clear();
+  collect_layout(*cpp_model_, layout_now_);
+  if (layout_now_ == layout_) return;
+  index_cpp();
 }
 
 void ModelIndex::add_param(const at::Tensor& p, uint32_t place, const std::string& name) {
@@ -74,6 +107,8 @@ void ModelIndex::index_cpp() {
   storage_users_.clear();
   cpp_module_places_.clear();
   module_paths_.clear();
+  layout_.clear();
+  collect_layout(*cpp_model_, layout_);
   for (const auto& item : cpp_model_->named_modules("", /*include_self=*/true)) {
     const auto& module = item.value();
     uint32_t place = places_.intern(item.key(), short_class_name(module->name()));

@@ -45,7 +45,8 @@ class ModelIndex {
   ~ModelIndex();
 
   bool is_torchscript() const;
-  // C++-frontend models may gain or swap parameters between batches: re-read them.
+  // C++-frontend models may gain or swap modules and parameters between batches: re-read them
+  // when the tree is no longer the one indexed.
   void refresh();
   const ParamRef* find_param(const at::Tensor& t) const;
   // For a parameter several modules hold (tied embeddings), the module at `place` holding it, so
@@ -63,6 +64,9 @@ class ModelIndex {
  private:
   void index_cpp();
   void index_torchscript();
+  // The C++ model's tree as it stands: each module, its parameters and its children, by identity
+  // and name, in order.
+  static void collect_layout(const torch::nn::Module& module, std::vector<uintptr_t>& out);
   void add_param(const at::Tensor& p, uint32_t place, const std::string& name);
 
   std::shared_ptr<torch::nn::Module> cpp_model_;
@@ -78,6 +82,9 @@ class ModelIndex {
   std::unordered_map<const void*, int> storage_users_;
   std::unordered_map<const torch::nn::Module*, uint32_t> cpp_module_places_;
   std::unordered_map<std::string, uint32_t> hierarchy_cache_;
+  // The layout last indexed, and the one collected to compare with it (kept: no allocation
+  // per batch once grown).
+  std::vector<uintptr_t> layout_, layout_now_;
 };
 
 }  // namespace core

@@ -175,10 +175,13 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts, uint32_t& module)
       break;
     }
   }
+  module = module_place ? *module_place : index->root_place();
+  const size_t first_named = base == ts.scopes.size() ? 0 : base + 1;
+  // Most ops run straight inside a module (every op of a Python model): its own place.
+  if (module_place && first_named == ts.scopes.size()) return *module_place;
   std::string path = module_place ? places.path(*module_place) : std::string();
   std::string cls = module_place ? places.cls(*module_place) : std::string();
-  module = module_place ? *module_place : index->root_place();
-  for (size_t i = base == ts.scopes.size() ? 0 : base + 1; i < ts.scopes.size(); ++i) {
+  for (size_t i = first_named; i < ts.scopes.size(); ++i) {
     path = path.empty() ? ts.scopes[i].name : path + "." + ts.scopes[i].name;
     cls = "scope";
   }
@@ -192,12 +195,10 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   const bool recomputed = ts.backward_depth > 0;
   if (delivery.stopped() || (!batches.open() && !recomputed) || compiler_running) return false;
   // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
-  uint32_t name_id;
-  if (auto op = fn.operator_name()) {
-    name_id = op->overload_name.empty() ? strings.intern(op->name) : strings.intern(op->name + "." + op->overload_name);
-  } else {
-    name_id = strings.intern(fn.name());
-  }
+  // (Spelled into a buffer kept between ops: no allocation once it is long enough.)
+  op_key_text.assign(fn.name());
+  if (const char* overload = fn.overload_name(); *overload != '\0') op_key_text.append(".").append(overload);
+  const uint32_t name_id = strings.intern(op_key_text);
   const OpInfo& info = op_info(fn, name_id);
   // A collective's writes bump no version counter: every read kept so far may be of a tensor it
   // is about to overwrite.
@@ -351,15 +352,10 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
     const OpInfo& info = op_infos[f.op_key];
     ending.frame = &f;
     ending.outputs = outputs;
-    ending.in_place = info.overwritten_args != 0 || (fn.operator_name() && !fn.operator_name()->name.empty() &&
-                                                     fn.operator_name()->name.back() == '_');
-    if (auto name = fn.operator_name()) {
-      ending.op = name->name;
-      ending.overload = name->overload_name;
-    } else {
-      ending.op = fn.name();
-      ending.overload.clear();
-    }
+    ending.op = fn.name();
+    ending.overload = fn.overload_name();
+    // ATen's in-place spelling, for ops with a schema (num_args known).
+    ending.in_place = info.overwritten_args != 0 || (info.num_args >= 0 && !ending.op.empty() && ending.op.back() == '_');
   }
   finish_frame(f, lock);
   ending.frame = nullptr;

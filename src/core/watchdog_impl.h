@@ -165,6 +165,7 @@ struct Watchdog::Impl final : capture::Session {
   bool core_left_idle = false;
   // Watchdog::set_phase: said in the reports of the open batch (phase) and of those to come.
   std::string phase, next_phase;
+  std::string op_key_text;  // op_start's "name.overload", spelled here op after op
   bool inside_compiled_code = false;  // set_inside_compiled_code: reads are not reused
   // torch.compile's backward nodes running (CompiledFunctionBackward): their kernels write in place
   // without version bumps, as the compiled forward's do.

@@ -28,7 +28,7 @@ std::string jit_class(const torch::jit::Module& m) {
 
 ModelIndex::ModelIndex(std::shared_ptr<torch::nn::Module> model, StringTable& strings, PlaceTable& places)
     : cpp_model_(std::move(model)), strings_(strings), places_(places) {
-  index_cpp();
+  refresh();  // (no layout indexed yet: indexes)
 }
 
 ModelIndex::ModelIndex(const torch::jit::Module& model, StringTable& strings, PlaceTable& places)
@@ -75,6 +75,7 @@ void ModelIndex::refresh() {
   collect_layout(*cpp_model_, layout_now_);
   if (layout_now_ == layout_) return;
   index_cpp();
+  layout_.swap(layout_now_);  // (only once indexed: an index that threw is rebuilt next time)
 }
 
 void ModelIndex::add_param(const at::Tensor& p, uint32_t place, const std::string& name) {
@@ -107,8 +108,6 @@ void ModelIndex::index_cpp() {
   storage_users_.clear();
   cpp_module_places_.clear();
   module_paths_.clear();
-  layout_.clear();
-  collect_layout(*cpp_model_, layout_);
   for (const auto& item : cpp_model_->named_modules("", /*include_self=*/true)) {
     const auto& module = item.value();
     uint32_t place = places_.intern(item.key(), short_class_name(module->name()));

@@ -82,8 +82,8 @@ class ModelIndex {
   std::unordered_map<const void*, int> storage_users_;
   std::unordered_map<const torch::nn::Module*, uint32_t> cpp_module_places_;
   std::unordered_map<std::string, uint32_t> hierarchy_cache_;
-  // The layout last indexed, and the one collected to compare with it (kept: no allocation
-  // per batch once grown).
+  // The layout last indexed (empty before the first), and the one collected to compare with it
+  // (kept: no allocation per batch once grown).
   std::vector<uintptr_t> layout_, layout_now_;
 };
 

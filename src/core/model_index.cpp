@@ -52,6 +52,7 @@ struct ParametersOf : torch::nn::Module {
 void ModelIndex::collect_layout(const torch::nn::Module& module, std::vector<uintptr_t>& out) {
   const std::hash<std::string> hash;
   out.push_back(reinterpret_cast<uintptr_t>(&module));
+  out.push_back(hash(module.name()));  // (a module made where a freed one was is another class)
   const auto& parameters = ParametersOf::of(module);
   out.push_back(parameters.size());
   for (const auto& p : parameters) {

@@ -67,6 +67,32 @@ TEST(StatsCache, AWriteThroughADataAliasIsSeenEvenWhereTheVersionNumbersAgree) {
   EXPECT_EQ(cache.hits(), 0u);
 }
 
+// A kernel that writes where its schema does not say (batch norm's running statistics) leaves
+// the version counter as it was: the watchdog then forgets the reads of that storage, views of
+// it included, and only those.
+TEST(StatsCache, ForgettingAStorageDropsItsViewsReadsAndKeepsTheOthers) {
+  StatsCache cache;
+  auto written = torch::ones({4, 8});
+  auto other = torch::ones({16});
+  TensorStats s;
+  sentinel::stats::Readability r;
+  cache.compute(written, s);
+  cache.compute(written[1], s);  // a view: a key of its own, the same storage
+  cache.compute(other, s);
+  ASSERT_EQ(cache.size(), 3u);
+  float* data = written.data_ptr<float>();  // an uncounted write, as such a kernel makes
+  data[8] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(cache.find(written[1], s, r));  // still taken for the old values
+  EXPECT_TRUE(s.finite());
+  std::vector<const c10::StorageImpl*> storages{written.storage().unsafeGetStorageImpl()};
+  cache.forget_storages(storages);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_FALSE(cache.find(written[1], s, r));
+  EXPECT_TRUE(cache.find(other, s, r));
+  cache.compute(written[1], s);
+  EXPECT_EQ(s.pos_inf, 1);
+}
+
 TEST(StatsCache, FreedMemoryReusedByANewTensorIsNeverAHit) {
   StatsCache cache;
   for (int i = 0; i < 200; ++i) {  // past several sweeps of dead tensors' entries

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <exception>
 #include <iterator>
 #include <stdexcept>
@@ -118,6 +119,21 @@ void Watchdog::set_inside_compiled_code(bool inside) {
 void Watchdog::Impl::forget_reads() {
   readers.cpu.cache().clear();
   readers.device.reads().clear();
+}
+
+void Watchdog::Impl::forget_reads_of(const std::vector<at::Tensor>& written) {
+  std::vector<const c10::StorageImpl*> storages;
+  bool on_device = false;
+  for (const auto& t : written) {
+    if (!t.defined() || !t.has_storage()) continue;
+    storages.push_back(t.storage().unsafeGetStorageImpl());
+    on_device = on_device || !t.device().is_cpu();
+  }
+  std::sort(storages.begin(), storages.end());
+  readers.cpu.cache().forget_storages(storages);
+  // A device's reads may still be in flight, held by address: all are forgotten, as before a
+  // collective.
+  if (on_device) readers.device.reads().clear();
 }
 
 void Watchdog::set_compiler_running(bool running) {

@@ -81,6 +81,11 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
     info.writes = writes_an_argument;
     // A collective's writes land after it returns: there is nothing to read at its end.
     info.written_unreturned = info.collective ? 0 : core::written_unreturned(*schema);
+    if (!info.collective) {
+      core::running_statistics_written(*schema, &info.running_statistics, &info.running_statistics_flag);
+      info.written_unreturned |= info.running_statistics;
+      info.writes = info.writes || info.running_statistics != 0;
+    }
     if (info.written_unreturned != 0) {
       core::gradients_written_when_unscaled(fn.name(), *schema, &info.written_when_unscaled, &info.grad_scale_arg);
       for (const auto& a : args) info.argument_names.push_back(strings.intern(a.name()));

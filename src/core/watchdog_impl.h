@@ -58,6 +58,10 @@ struct OpInfo {
   // gradients, unscaled in place: core::gradients_written_when_unscaled).
   uint64_t written_when_unscaled = 0;
   int grad_scale_arg = -1;
+  // Of those, the bits written only while argument running_statistics_flag is true (batch norm's
+  // running statistics when training: core::running_statistics_written; -1: always).
+  uint64_t running_statistics = 0;
+  int running_statistics_flag = -1;
   std::vector<uint32_t> argument_names;
 };
 
@@ -174,6 +178,8 @@ struct Watchdog::Impl final : capture::Session {
   // Drops every read kept: what compiled code, a collective or a fused optimizer wrote without a
   // version count is read again.
   void forget_reads();
+  // Forgets the reads of these tensors' memory (their storages, views included).
+  void forget_reads_of(const std::vector<at::Tensor>& written);
   bool compiler_running = false;      // set_compiler_running: ops make no frame
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 

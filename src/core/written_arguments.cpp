@@ -56,6 +56,21 @@ void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSch
   *grad_scale = scale;
 }
 
+void running_statistics_written(const c10::FunctionSchema& schema, uint64_t* written_when_flag, int* flag) {
+  uint64_t bits = 0;
+  int flag_at = -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size() && i < 64; ++i) {
+    const std::string& name = args[i].name();
+    const c10::AliasInfo* alias = args[i].alias_info();
+    if ((name == "running_mean" || name == "running_var") && !(alias && alias->isWrite())) bits |= uint64_t{1} << i;
+    if (name == "training" || name == "use_input_stats") flag_at = static_cast<int>(i);
+  }
+  if (bits == 0) return;
+  *written_when_flag = bits;
+  *flag = flag_at;
+}
+
 }  // namespace core
 
 uint32_t Watchdog::Impl::written_label(const at::Tensor& t, const core::ParamRef* param, const FrameRecord& f,
@@ -91,12 +106,17 @@ void for_each_written(c10::ArrayRef<c10::IValue> inputs, uint64_t written, F&& f
 uint32_t counted_version(const at::Tensor& t) { return frames::keyed_memory(t) ? frames::version_of(t) : 0; }
 
 // The arguments this call of the op writes: a fused optimizer's gradients only when it unscales
-// them (core::gradients_written_when_unscaled).
+// them (core::gradients_written_when_unscaled), batch norm's running statistics only when it
+// trains (core::running_statistics_written).
 uint64_t written_by_call(c10::ArrayRef<c10::IValue> inputs, const OpInfo& info) {
   uint64_t written = info.written_unreturned;
   if (info.grad_scale_arg >= 0 && static_cast<size_t>(info.grad_scale_arg) < inputs.size() &&
       inputs[static_cast<size_t>(info.grad_scale_arg)].isNone()) {
     written &= ~info.written_when_unscaled;
+  }
+  if (info.running_statistics_flag >= 0 && static_cast<size_t>(info.running_statistics_flag) < inputs.size()) {
+    const c10::IValue& updating = inputs[static_cast<size_t>(info.running_statistics_flag)];
+    if (updating.isBool() && !updating.toBool()) written &= ~info.running_statistics;
   }
   return written;
 }
@@ -122,16 +142,17 @@ void Watchdog::Impl::add_written_arguments(FrameRecord& f, const std::vector<c10
     tensors.push_back(t);
     where.push_back({position, sub});
   });
-  // The fused optimizers write without counting a version (torch.optim's `fused=True`): the reads
-  // kept from before the op, of these tensors and of any view of them, would be taken for their
-  // new values. Every read kept is forgotten then, as after a collective.
+  // The fused optimizers and batch norm's running statistics write without counting a version
+  // (torch.optim's `fused=True`, an unannotated schema): the reads kept from before the op, of
+  // these tensors and of any view of them, would be taken for their new values. The reads of
+  // their storages are forgotten then.
   bool uncounted = false;
   for (size_t k = 0; k < tensors.size() && k < versions_at_start.size() && !uncounted; ++k) {
     uncounted = frames::keyed_memory(tensors[k]) && versions_at_start[k] == counted_version(tensors[k]);
   }
-  if (uncounted) forget_reads();
+  if (uncounted) forget_reads_of(tensors);
   // Nothing read before the op is reused now: a counted write changed the version, an uncounted
-  // one had every read forgotten.
+  // one had the reads of its memory forgotten.
   const auto held = read_ahead(tensors);
   for (size_t k = 0; k < tensors.size(); ++k) {
     const at::Tensor& t = tensors[k];

@@ -20,4 +20,12 @@ uint64_t written_unreturned(const c10::FunctionSchema& schema);
 void gradients_written_when_unscaled(const char* op_name, const c10::FunctionSchema& schema,
                                      uint64_t* written_when_unscaled, int* grad_scale);
 
+// Batch norm's and instance norm's running statistics (`running_mean`, `running_var`), which
+// their kernels update in place when training, though most of their schemas do not mark them
+// written (`aten::batch_norm`, `native_batch_norm`, `instance_norm`, `cudnn_batch_norm`): their
+// bits in `*written_when_flag`, and the position of the flag that says whether this call updates
+// them (`training`, `use_input_stats`; -1 when the op always does) in `*flag`. Arguments the
+// schema marks written are left to written_unreturned.
+void running_statistics_written(const c10::FunctionSchema& schema, uint64_t* written_when_flag, int* flag);
+
 }  // namespace sentinel::core

@@ -63,6 +63,11 @@ class StatsCache {
     ahead_.clear();  // holds no tensor alive
   }
   void clear() { reads_.clear(); }
+  // Drops the entries of memory in these storages (sorted; a write LibTorch did not count).
+  void forget_storages(const std::vector<const c10::StorageImpl*>& storages) {
+    if (storages.empty()) return;
+    reads_.erase_storages(storages);
+  }
   // Drops every entry except those of the tensors tensor_of(item) for the items of `keep`
   // (parameters kept across batches, Options::reuse_unchanged_parameter_reads). A kept entry is
   // still checked against the tensor's data pointer and version counter when it is looked up.

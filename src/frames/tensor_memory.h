@@ -26,6 +26,7 @@
 #include <functional>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 namespace sentinel {
 namespace frames {
@@ -119,6 +120,13 @@ class MemoryMap {
       if (it != entries_.end()) kept.insert(*it);
     }
     entries_.swap(kept);
+  }
+  // Erases the values of memory in any of `storages` (sorted).
+  void erase_storages(const std::vector<const c10::StorageImpl*>& storages) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      const bool written = std::binary_search(storages.begin(), storages.end(), it->first.storage);
+      it = written ? entries_.erase(it) : std::next(it);
+    }
   }
   // Calls f(value) for each value; erases it where f returns false.
   template <typename F>

@@ -10,6 +10,7 @@
 
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "device/device_read_cache.h"
 #include "support/deferred_compare.h"
@@ -162,6 +163,56 @@ TEST(DeviceReads, TheGradientCheckAtBatchEndReadsAgainWhatTheBackwardRead) {
   ASSERT_TRUE(d.report);
   EXPECT_NE(d.report->origin.find("parameter gradients of fc2 (Linear)"), std::string::npos) << d.report->origin;
   EXPECT_NE(d.report->origin.find("(in weight.grad)"), std::string::npos) << d.report->origin;
+}
+
+// Memory written where no version counter saw it (batch norm's running statistics, a fused
+// optimizer's tensors): its reads, in flight or back, views included, serve no tensor any more;
+// the others still do.
+TEST(DeviceReads, ForgettingAStorageLeavesItsReadsUnusableAndTheOthersServing) {
+  sentinel::device::DeviceReadCache cache;
+  auto written = torch::ones({2, 4});
+  auto other = torch::ones({3});
+  cache.started(written, 0, false);
+  cache.started(written[1], 1, false);
+  cache.started(other, 2, false);
+  std::vector<const c10::StorageImpl*> storages{written.storage().unsafeGetStorageImpl()};
+  cache.forget_storages(storages);
+  EXPECT_EQ(cache.find(written, false), nullptr);
+  EXPECT_EQ(cache.find(written[1], false), nullptr);
+  EXPECT_NE(cache.find(other, false), nullptr);
+  cache.started(written, 3, false);  // read again: serves again
+  EXPECT_NE(cache.find(written, false), nullptr);
+}
+
+// Batch norm, training, updates running_var in place without counting a version: the deferring
+// device shows what the plain path shows (running_var read again after the op, a later read of it
+// in the batch seeing the new numbers), and a running_var that overflows while the batch's output
+// stays finite stops both at that op.
+TEST(DeviceReads, BatchNormsRunningStatisticsWrittenUnseenAreReadAgainAsThePlainPathReadsThem) {
+  torch::nn::Sequential model(torch::nn::Linear(1, 1), torch::nn::BatchNorm1d(1));
+  auto norm = model[1]->as<torch::nn::BatchNorm1d>();
+  Scenario steps = [model, norm](sentinel::Watchdog& watch, Outcome&) mutable {
+    {
+      torch::NoGradGuard no_grad;
+      model[0]->as<torch::nn::Linear>()->weight.fill_(1.0);
+      model[0]->as<torch::nn::Linear>()->bias.zero_();
+      norm->reset_running_stats();
+    }
+    model->train();
+    const auto x = torch::tensor({{1.0f}, {-3.0f}});
+    for (int b = 0; b < 4; ++b) {
+      auto guard = watch.batch();
+      model->forward(b == 2 ? x * 5e19 : x);
+      auto later = norm->running_var.mul(2.0);  // reads the updated statistics
+      guard.finish();
+    }
+  };
+  const Outcome d = expect_same_as_plain(cpp_watch(model), sentinel::Options().max_frames_to_save(100), steps);
+  ASSERT_TRUE(d.report);
+  EXPECT_EQ(d.report->batch_number, 2);
+  ASSERT_FALSE(d.report->frames.empty());
+  EXPECT_EQ(d.report->frames.back().op, "aten::batch_norm");
+  EXPECT_NE(d.report->origin.find("running_var"), std::string::npos) << d.report->origin;
 }
 
 }  // namespace

@@ -123,17 +123,12 @@ void Watchdog::Impl::forget_reads() {
 
 void Watchdog::Impl::forget_reads_of(const std::vector<at::Tensor>& written) {
   std::vector<const c10::StorageImpl*> storages;
-  bool on_device = false;
   for (const auto& t : written) {
-    if (!t.defined() || !t.has_storage()) continue;
-    storages.push_back(t.storage().unsafeGetStorageImpl());
-    on_device = on_device || !t.device().is_cpu();
+    if (t.defined() && t.has_storage()) storages.push_back(t.storage().unsafeGetStorageImpl());
   }
   std::sort(storages.begin(), storages.end());
   readers.cpu.cache().forget_storages(storages);
-  // A device's reads may still be in flight, held by address: all are forgotten, as before a
-  // collective.
-  if (on_device) readers.device.reads().clear();
+  readers.device.reads().forget_storages(storages);
 }
 
 void Watchdog::set_compiler_running(bool running) {

@@ -23,7 +23,7 @@ class DeviceReadCache {
     bool headroom = false;  // the read counted the fp16/bf16 headroom too
     TensorStats stats;      // once back
     HeadroomCounts headroom_counts;
-    bool unusable = false;  // its slot was never read back
+    bool unusable = false;  // its slot was never read back, or its memory was written unseen
   };
 
   // An earlier read that serves `t` (keyed memory, unchanged since), with the headroom counts
@@ -69,6 +69,11 @@ class DeviceReadCache {
   void clear() {
     reads_.clear();
     in_flight_.clear();
+  }
+  // The reads of memory in these storages (sorted) serve no tensor any more: written where no
+  // version counter saw it. Marked, not erased: a read in flight is held by its address.
+  void forget_storages(const std::vector<const c10::StorageImpl*>& storages) {
+    if (!storages.empty()) reads_.visit_storages(storages, [](Read& read) { read.unusable = true; });
   }
   // Keeps the parameters' reads that are back (Options::reuse_unchanged_parameter_reads).
   template <typename Range, typename TensorOf>

@@ -128,6 +128,13 @@ class MemoryMap {
       it = written ? entries_.erase(it) : std::next(it);
     }
   }
+  // Calls f(value) for each value of memory in any of `storages` (sorted), erasing nothing.
+  template <typename F>
+  void visit_storages(const std::vector<const c10::StorageImpl*>& storages, F f) {
+    for (auto& [key, entry] : entries_) {
+      if (std::binary_search(storages.begin(), storages.end(), key.storage)) f(entry.value);
+    }
+  }
   // Calls f(value) for each value; erases it where f returns false.
   template <typename F>
   void keep_if(F f) {

@@ -175,10 +175,11 @@ struct Watchdog::Impl final : capture::Session {
   // without version bumps, as the compiled forward's do.
   int compiled_backward_nodes = 0;
   bool reads_reusable() const { return !inside_compiled_code && compiled_backward_nodes == 0; }
-  // Drops every read kept: what compiled code, a collective or a fused optimizer wrote without a
-  // version count is read again.
+  // Drops every read kept: what compiled code or a collective wrote without a version count is
+  // read again.
   void forget_reads();
-  // Forgets the reads of these tensors' memory (their storages, views included).
+  // Forgets the reads of these tensors' memory (their storages, views included): what an op wrote
+  // there without a version count (a fused optimizer, batch norm's running statistics).
   void forget_reads_of(const std::vector<at::Tensor>& written);
   bool compiler_running = false;      // set_compiler_running: ops make no frame
   bool detecting_late = false;  // frames resolved after their op: no stacks to take

@@ -8,8 +8,8 @@ from torch import nn
 
 from overflow_sentinel import NonFiniteError, Watch
 
-# Two samples of one channel, finite in float32: the batch's variance is finite (the output is
-# +-1), but the unbiased variance that the update blends into running_var is not.
+# Two samples of one channel, finite in float32: the batch's output stays finite, but the unbiased
+# variance that the update blends into running_var overflows float32 (the first test asks torch).
 HUGE = torch.tensor([[5e19], [-5e19]])
 
 

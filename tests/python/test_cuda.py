@@ -27,14 +27,22 @@ def forward_trip(device):
 def test_a_forward_overflow_on_cuda_is_reported_as_on_the_cpu():
     on_gpu, on_cpu = forward_trip("cuda"), forward_trip("cpu")
     assert on_gpu.batch_number == on_cpu.batch_number == 1
+    # Both name the mul that made the inf (the place rule, docs/nonfinite.md).
     for report in (on_gpu, on_cpu):
-        assert report.trigger.op == "aten::mul"
-        assert report.trigger.module_path == "block.1.layer.0.DenseReluDense"
-        assert report.produced_here
-    # The trigger's entries read on the GPU equal the CPU's, element counts and infinities alike.
-    gpu_entries = [(e.role, e.stats.count, e.stats.pos_inf, e.stats.nan) for e in on_gpu.trigger.entries]
-    cpu_entries = [(e.role, e.stats.count, e.stats.pos_inf, e.stats.nan) for e in on_cpu.trigger.entries]
+        made = report.origin_frame
+        assert (made.op, made.module_path) == ("aten::mul", "block.1.layer.0.DenseReluDense")
+        assert "aten::mul in block.1.layer.0.DenseReluDense" in report.origin
+    # The CPU stops where the inf leaves wo, at its return. Frames that wait for the GPU's numbers
+    # are judged when they are read back, after wo's return was: there the report stops where the
+    # next module reads the value, the residual add of the layer around it.
+    assert (on_cpu.trigger.op, on_cpu.trigger.module_path) == ("return", "block.1.layer.0.DenseReluDense.wo")
+    assert (on_gpu.trigger.op, on_gpu.trigger.module_path) == ("aten::add", "block.1.layer.0")
+    assert on_gpu.deferred and not on_cpu.deferred
+    # The mul's entries read on the GPU equal the CPU's, element counts and infinities alike.
+    gpu_entries = [(e.role, e.stats.count, e.stats.pos_inf, e.stats.nan) for e in on_gpu.origin_frame.entries]
+    cpu_entries = [(e.role, e.stats.count, e.stats.pos_inf, e.stats.nan) for e in on_cpu.origin_frame.entries]
     assert gpu_entries == cpu_entries
+    assert [e for e in on_gpu.origin_frame.entries if e.role == "output"][0].stats.pos_inf > 0
 
 
 def test_watching_a_cuda_model_never_changes_its_results():

@@ -76,27 +76,37 @@ struct LaneScan {
   }
 
   // Folds a vector's four words into the running lanes when every magnitude is ordinary; false
-  // (and nothing folded) when the vector must go through the accumulators instead.
-  SENTINEL_HOST_DEVICE bool fold(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  // (and nothing folded) when the vector must go through the accumulators instead. `hi` and `lo`
+  // get the vector's largest and smallest magnitude bits, per lane (the FP8 probe's fast path
+  // reads its thresholds off them: cuda/probe_lanes.h).
+  SENTINEL_HOST_DEVICE bool fold(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, uint32_t& hi, uint32_t& lo) {
     const uint32_t a0 = w0 & F::kAbsMask, a1 = w1 & F::kAbsMask, a2 = w2 & F::kAbsMask, a3 = w3 & F::kAbsMask;
-    const uint32_t hi = lane_max(lane_max(a0, a1), lane_max(a2, a3));
-    const uint32_t lo = lane_min(lane_min(a0, a1), lane_min(a2, a3));
+    hi = lane_max(lane_max(a0, a1), lane_max(a2, a3));
+    lo = lane_min(lane_min(a0, a1), lane_min(a2, a3));
     if (!ordinary(hi, lo)) return false;
     max_bits = lane_max(max_bits, hi);
     min_bits = lane_min(min_bits, lo);
     return true;
   }
+  SENTINEL_HOST_DEVICE bool fold(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+    uint32_t hi, lo;
+    return fold(w0, w1, w2, w3, hi, lo);
+  }
+
+  // The largest and the smallest of a word's lanes.
+  SENTINEL_HOST_DEVICE static uint32_t widest(uint32_t bits) {
+    if (F::kLaneBits == 32) return bits;
+    return (bits >> 16) > (bits & 0xffffu) ? bits >> 16 : bits & 0xffffu;
+  }
+  SENTINEL_HOST_DEVICE static uint32_t narrowest(uint32_t bits) {
+    if (F::kLaneBits == 32) return bits;
+    return (bits >> 16) < (bits & 0xffffu) ? bits >> 16 : bits & 0xffffu;
+  }
 
   // Hands the lanes' extremes to the accumulator (nothing when no vector was folded).
   SENTINEL_HOST_DEVICE void finish(stats::AbsStatsAccumulator<float>& acc) const {
-    uint32_t hi = max_bits, lo = min_bits;
-    if (F::kLaneBits == 16) {
-      hi = (hi >> 16) > (hi & 0xffffu) ? hi >> 16 : hi & 0xffffu;
-      lo = (lo >> 16) < (lo & 0xffffu) ? lo >> 16 : lo & 0xffffu;
-      if (lo == 0xffffu) return;
-    } else if (lo == 0xffffffffu) {
-      return;
-    }
+    const uint32_t hi = widest(max_bits), lo = narrowest(min_bits);
+    if (lo == (F::kLaneBits == 16 ? 0xffffu : 0xffffffffu)) return;
     const float a_max = F::value(hi), a_min = F::value(lo);
     acc.abs_max = a_max > acc.abs_max ? a_max : acc.abs_max;
     acc.abs_min = a_min < acc.abs_min ? a_min : acc.abs_min;

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda/lane_scan.h"
+#include "cuda/probe_lanes.h"
 #include "cuda/slot_merge.h"
 
 namespace sentinel {
@@ -147,14 +148,19 @@ __device__ __forceinline__ void reduce_blocks(const typename Load::storage* __re
 #pragma unroll
     for (int k = 0; k < kVec; ++k) visit(Load::get(values[k]));
   };
-  // The fast path takes the plain statistics of the 32- and 16-bit floats; the probe and the
-  // headroom counts need every element anyway.
-  constexpr bool kLanes = kExtras == kNone && !std::is_void<typename Load::Lanes>::value;
-  using Scan = LaneScan<std::conditional_t<kLanes, typename Load::Lanes, Float32Lanes>>;
-  Scan lanes;
+  // The fast path takes the plain statistics of the 32- and 16-bit floats, and the FP8 probe
+  // over them (cuda/probe_lanes.h); the headroom counts need every element anyway.
+  constexpr bool kLanes = (kExtras & kHeadroom) == 0 && !std::is_void<typename Load::Lanes>::value;
+  using LaneType = std::conditional_t<kLanes, typename Load::Lanes, Float32Lanes>;
+  LaneScan<LaneType> lanes;
+  ProbeLanes<LaneType> probe_lanes;
   auto take_vector = [&](const uint4& raw) {
     if constexpr (kLanes) {
-      if (lanes.fold(raw.x, raw.y, raw.z, raw.w)) return;
+      uint32_t hi, lo;
+      if (lanes.fold(raw.x, raw.y, raw.z, raw.w, hi, lo)) {
+        if constexpr ((kExtras & kProbe) != 0) probe_lanes.take({raw.x, raw.y, raw.z, raw.w}, hi, lo, params, probe);
+        return;
+      }
     }
     visit_vector(raw);
   };
@@ -169,7 +175,10 @@ __device__ __forceinline__ void reduce_blocks(const typename Load::storage* __re
   }
   for (; v < vectors; v += threads) take_vector(__ldg(vec + v));
   for (int64_t i = vectors * kVec + thread; i < n; i += threads) visit(Load::get(data[i]));
-  if constexpr (kLanes) lanes.finish(acc);
+  if constexpr (kLanes) {
+    lanes.finish(acc);
+    if constexpr ((kExtras & kProbe) != 0) probe_lanes.flush(probe);
+  }
 
   warp_combine(acc, probe, headroom);
   __shared__ Partial warps[kWarps];

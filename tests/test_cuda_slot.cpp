@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "cuda/lane_scan.h"
+#include "cuda/probe_lanes.h"
 #include "cuda/slot_merge.h"
 #include "fp8/fp8_probe.h"
 #include "stats/tensor_stats.h"
@@ -98,39 +99,52 @@ TEST(CudaSlotLogic, EmptyAndAllNanSlotsDecodeAsTheCpuPassReportsThem) {
 
 // The kernel's fast path on the host, as one thread runs it: each 16-byte vector folded as
 // integer lanes when its magnitudes are all ordinary, else element by element through the
-// accumulator; the elements past the last whole vector one by one.
+// accumulator; the elements past the last whole vector one by one. With `probe`, the FP8 probe
+// too, into `probed`: a folded vector through the probe's lanes, the others element by element.
 template <typename Lanes, typename T>
-sentinel::TensorStats scan_as_the_kernel(const torch::Tensor& t, float min_normal, int64_t* folded = nullptr) {
+sentinel::TensorStats scan_as_the_kernel(const torch::Tensor& t, float min_normal, int64_t* folded = nullptr,
+                                         const stats::Fp8ProbeParams* probe = nullptr,
+                                         stats::Fp8ProbeAccumulator<double>* probed = nullptr) {
   const float inf = std::numeric_limits<float>::infinity();
   stats::AbsStatsAccumulator<float> acc(inf);
   sentinel::cuda::LaneScan<Lanes> lanes;
+  sentinel::cuda::ProbeLanes<Lanes> probe_lanes;
   const auto c = t.contiguous();
   const auto* data = static_cast<const T*>(c.data_ptr());
   const auto as_float = [&](int64_t i) { return static_cast<float>(data[i]); };
+  const auto visit = [&](int64_t i) {
+    acc.reduce(as_float(i), inf, min_normal);
+    if (probe) probed->reduce(as_float(i), *probe);
+  };
   constexpr int64_t kVec = 16 / sizeof(T);
   const int64_t n = c.numel(), vectors = n / kVec;
   for (int64_t v = 0; v < vectors; ++v) {
-    uint32_t w[4];
+    uint32_t w[4], hi, lo;
     std::memcpy(w, data + v * kVec, sizeof w);
-    if (lanes.fold(w[0], w[1], w[2], w[3])) {
+    if (lanes.fold(w[0], w[1], w[2], w[3], hi, lo)) {
       if (folded) ++*folded;
+      if (probe) probe_lanes.take(w, hi, lo, *probe, *probed);
       continue;
     }
-    for (int64_t k = 0; k < kVec; ++k) acc.reduce(as_float(v * kVec + k), inf, min_normal);
+    for (int64_t k = 0; k < kVec; ++k) visit(v * kVec + k);
   }
-  for (int64_t i = vectors * kVec; i < n; ++i) acc.reduce(as_float(i), inf, min_normal);
+  for (int64_t i = vectors * kVec; i < n; ++i) visit(i);
   lanes.finish(acc);
+  if (probe) probe_lanes.flush(*probed);
   sentinel::TensorStats out;
   acc.project(n, out);
   return out;
 }
 
-sentinel::TensorStats scan_as_the_kernel(const torch::Tensor& t, int64_t* folded = nullptr) {
+sentinel::TensorStats scan_as_the_kernel(const torch::Tensor& t, int64_t* folded = nullptr,
+                                         const stats::Fp8ProbeParams* probe = nullptr,
+                                         stats::Fp8ProbeAccumulator<double>* probed = nullptr) {
+  using namespace sentinel::cuda;
   switch (t.scalar_type()) {
-    case torch::kHalf: return scan_as_the_kernel<sentinel::cuda::Float16Lanes, c10::Half>(t, 6.103515625e-05f, folded);
+    case torch::kHalf: return scan_as_the_kernel<Float16Lanes, c10::Half>(t, 6.103515625e-05f, folded, probe, probed);
     case torch::kBFloat16:
-      return scan_as_the_kernel<sentinel::cuda::BFloat16Lanes, c10::BFloat16>(t, 1.17549435e-38f, folded);
-    default: return scan_as_the_kernel<sentinel::cuda::Float32Lanes, float>(t, 1.17549435e-38f, folded);
+      return scan_as_the_kernel<BFloat16Lanes, c10::BFloat16>(t, 1.17549435e-38f, folded, probe, probed);
+    default: return scan_as_the_kernel<Float32Lanes, float>(t, 1.17549435e-38f, folded, probe, probed);
   }
 }
 
@@ -209,6 +223,41 @@ TEST(CudaSlotLogic, ProbeSlotDecodesToTheCpuProbe) {
       EXPECT_NEAR(got.mse(), want.mse(), 1e-5 * want.mse());
       EXPECT_NEAR(got.cosine(), want.cosine(), 1e-7);
       EXPECT_NEAR(got.sqnr_db(), want.sqnr_db(), 1e-4);
+    }
+  }
+}
+
+// The probe's fast path against its per-element arithmetic in float64 (Fp8ProbeAccumulator, as
+// the probe's own tests check it against torch's casts), over every float16 and bfloat16 bit
+// pattern and float32 values of every exponent, at scales that put the values across the
+// formats' range (counts of overflow and underflow in folded vectors), and at scales that send
+// them outside the float sums' range (the per-element path): equal counts, sums within float
+// rounding.
+TEST(CudaSlotLogic, TheProbesFastPathEqualsItsPerElementArithmetic) {
+  torch::manual_seed(14);
+  const auto every_pattern = torch::arange(0, 1 << 16, torch::kInt32).to(torch::kInt16).index_select(0, torch::randperm(1 << 16));
+  const auto wide = torch::randn({1 << 16}) * torch::pow(10.0, torch::randint(-30, 30, {1 << 16}).to(torch::kFloat));
+  const std::vector<torch::Tensor> tensors = {every_pattern.view(torch::kHalf), every_pattern.view(torch::kBFloat16),
+                                              wide, (torch::randn({4099}) * 300).to(torch::kBFloat16),
+                                              torch::randn({4099}) * 1e-3};
+  for (const auto& t : tensors) {
+    for (Format f : {Format::E4M3, Format::E5M2}) {
+      for (float scale : {1.0f, 448.0f / 3.0f, 0.37f, 0x1p100f, 0x1p-100f}) {
+        SCOPED_TRACE(std::string(c10::toString(t.scalar_type())) + " scale " + std::to_string(scale) +
+                     (f == Format::E4M3 ? " e4m3" : " e5m2"));
+        const auto params = stats::make_fp8_probe_params(scale, f);
+        stats::Fp8ProbeAccumulator<double> want, got;
+        for (float x : as_floats(t)) want.reduce(x, params);
+        int64_t folded = 0;
+        scan_as_the_kernel(t, &folded, &params, &got);
+        EXPECT_GT(folded, t.numel() / 16 / 2) << "too few vectors on the fast path: the test proves little";
+        EXPECT_EQ(got.count, want.count);
+        EXPECT_EQ(got.overflow, want.overflow);
+        EXPECT_EQ(got.underflow, want.underflow);
+        EXPECT_NEAR(got.sum_sq_error, want.sum_sq_error, 1e-6 * want.sum_sq_error);
+        EXPECT_NEAR(got.sum_a_q, want.sum_a_q, 1e-6 * want.sum_a_q);
+        EXPECT_NEAR(got.sum_q_sq, want.sum_q_sq, 1e-6 * want.sum_q_sq);
+      }
     }
   }
 }

@@ -31,9 +31,16 @@ struct Fp8ProbeParams {
 // in a normal binade [2^e, 2^(e+1)) and the smallest subnormal below the smallest normal, hence
 // the max with magic_floor. Values too large for their magic come out above max (or NaN), which
 // saturation turns into max.
+// On the device the two selections below are one min/max instruction each (a compare and a select
+// otherwise), with the same results: magic's mantissa bits are zero, so it is never NaN, and a NaN
+// q is the one case where fminf and the selection both give max.
 SENTINEL_HOST_DEVICE inline float fp8_round_scaled(float a, const Fp8ProbeParams& p) {
   float magic = fp8::detail::bits_to_float((fp8::detail::float_to_bits(a) & fp8::detail::kFloatInfBits) + p.magic_offset);
+#if defined(__CUDA_ARCH__)
+  magic = fmaxf(magic, p.magic_floor);
+#else
   magic = magic > p.magic_floor ? magic : p.magic_floor;
+#endif
   return (a + magic) - magic;
 }
 
@@ -49,7 +56,13 @@ SENTINEL_HOST_DEVICE inline float rounded_product(float x, float scale) {
 #endif
 }
 
-SENTINEL_HOST_DEVICE inline float fp8_saturate(float q, float max) { return q < max ? q : max; }  // NaN: max
+SENTINEL_HOST_DEVICE inline float fp8_saturate(float q, float max) {  // NaN: max
+#if defined(__CUDA_ARCH__)
+  return fminf(q, max);
+#else
+  return q < max ? q : max;
+#endif
+}
 
 // Sums in the scaled domain; sum_t is double where the squares could leave float's range.
 template <typename sum_t>

@@ -8,7 +8,9 @@
 //    sized decoder, three ways:
 //      Unwatched - the model alone;
 //      Watched   - under sentinel::Watchdog (every op's outputs and every gradient checked, the
-//                  statistics computed on the device and read back in batches);
+//                  statistics computed on the device and read back in batches), checked
+//                  before the optimizer step, and again with the batch ended after it
+//                  (CheckedAtEnd: the host wait where the loop waits anyway);
 //      HfStyle   - HF's DebugUnderflowOverflow as it computes: after every module, for its
 //                  parameters, input and output, abs(), min(), max(), isnan().any(),
 //                  isinf().any(), each read back to the host with .item() - one host
@@ -27,6 +29,7 @@
 #include <sentinel/sentinel.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <memory>
@@ -283,19 +286,33 @@ void watched_gpt2_step(Gpt2Rig& rig, sentinel::Watchdog& watch) {
   rig.optimizer->step();
 }
 
+// The batch ended after the optimizer step: its one host wait comes at the step's end, where the
+// loop waits anyway, not before the optimizer, whose launches then no longer overlap the
+// backward's kernels (the GPU idles while the host issues them). The price: a report comes after
+// the optimizer has written with a bad gradient.
+void watched_gpt2_step_checked_at_end(Gpt2Rig& rig, sentinel::Watchdog& watch) {
+  rig.optimizer->zero_grad();
+  auto batch = watch.batch();
+  auto loss = rig.loss();
+  watch.backward(loss);
+  rig.optimizer->step();
+  batch.finish();
+}
+
 sentinel::Fp8Options all_recipes() {
   using sentinel::fp8::ScalingRecipe;
   return sentinel::Fp8Options().enabled(true).recipes(
       {ScalingRecipe::Delayed, ScalingRecipe::Current, ScalingRecipe::MXFP8, ScalingRecipe::NVFP4, ScalingRecipe::Float8Block});
 }
 
-void run_watched_steps(benchmark::State& state, const sentinel::Fp8Options& fp8) {
+void run_watched_steps(benchmark::State& state, const sentinel::Fp8Options& fp8,
+                       void (*step)(Gpt2Rig&, sentinel::Watchdog&) = watched_gpt2_step) {
   if (skip_without_gpu(state)) return;
   try {
     Gpt2Rig rig;
     std::ostringstream out;  // a report, if any, is kept here; the watchdog would throw anyway
     sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(fp8));
-    auto watched_step = [&] { watched_gpt2_step(rig, watch); };
+    auto watched_step = [&] { step(rig, watch); };
     // Warm-up steps run watched too (the device ring is made then), so count from here.
     warm_up(watched_step);
     const sentinel::DeviceCounters before = watch.device_counters();
@@ -315,6 +332,9 @@ void run_watched_steps(benchmark::State& state, const sentinel::Fp8Options& fp8)
 }
 
 void BM_Gpt2StepWatched(benchmark::State& state) { run_watched_steps(state, sentinel::Fp8Options()); }
+void BM_Gpt2StepWatchedCheckedAtEnd(benchmark::State& state) {
+  run_watched_steps(state, sentinel::Fp8Options(), watched_gpt2_step_checked_at_end);
+}
 
 // The watched step with every CUDA tensor handed to a device that does no work: the watchdog's
 // host work alone, no kernel launched. Against Unwatched and Watched, it splits the watched step's
@@ -361,16 +381,19 @@ void BM_Gpt2StepProfile(benchmark::State& state) {
     const Kind kinds[] = {{"watched", sentinel::Fp8Options(), counting_cuda_device},
                           {"hostonly", sentinel::Fp8Options(), bench::no_work_cuda_device},
                           {"recipes", all_recipes(), nullptr}};
+    // SENTINEL_TRACE_DIR, when set, gets each kind's step as a Chrome trace, <kind>.json.
+    const char* trace_dir = std::getenv("SENTINEL_TRACE_DIR");
+    auto trace_path = [&](const std::string& kind) { return trace_dir ? std::string(trace_dir) + "/" + kind + ".json" : ""; };
     for (auto _ : state) {
       for (int i = 0; i < kWarmUpSteps; ++i) rig.step();
-      record("unwatched", bench::profile_step([&] { rig.step(); }));
+      record("unwatched", bench::profile_step([&] { rig.step(); }, trace_path("unwatched")));
       for (const Kind& kind : kinds) {
         sentinel::device::set_device_factory_for_testing(kind.device);
         sentinel::Watchdog watch(rig.model.ptr(), sentinel::Options().output(out).fp8(kind.fp8));
         for (int i = 0; i < kWarmUpSteps; ++i) watched_gpt2_step(rig, watch);
         torch::cuda::synchronize();
         const int64_t bytes_before = bench::counted_reads.span_bytes;
-        const bench::StepProfile p = bench::profile_step([&] { watched_gpt2_step(rig, watch); });
+        const bench::StepProfile p = bench::profile_step([&] { watched_gpt2_step(rig, watch); }, trace_path(kind.name));
         record(kind.name, p);
         if (kind.device == counting_cuda_device && p.sentinel_ms > 0) {
           const auto bytes = static_cast<double>(bench::counted_reads.span_bytes - bytes_before);
@@ -444,6 +467,7 @@ BENCHMARK(BM_RecipeKernelWeightTiles)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatched)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2StepWatchedCheckedAtEnd)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatchedHostOnly)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatchedFp8Delayed)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2StepWatchedAllRecipes)->Iterations(10)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -22,7 +22,8 @@ struct StepProfile {
   int64_t activities = 0, sentinel_kernels = 0;
 };
 
-inline StepProfile profile_step(const std::function<void()>& step) {
+// `trace_path`, when given, gets the step's timeline as a Chrome trace (chrome://tracing, Perfetto).
+inline StepProfile profile_step(const std::function<void()>& step, const std::string& trace_path = "") {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
@@ -32,6 +33,7 @@ inline StepProfile profile_step(const std::function<void()>& step) {
   step();
   torch::cuda::synchronize();
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  if (!trace_path.empty()) result->save(trace_path);
   StepProfile p;
   std::vector<std::pair<uint64_t, uint64_t>> intervals;
   for (const prof::KinetoEvent& e : result->events()) {

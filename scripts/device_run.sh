@@ -2,7 +2,7 @@
 # There, on a lent GPU machine: runs the binaries scripts/device_pack.sh gathered here against that
 # machine's own PyTorch (the same build: checked first). Usage, as one device call carrying
 # .devcarry (docs/platform.md, "A GPU session"):
-#   bash scripts/device_run.sh STAGE...   STAGE: info cuda-tests checks sanitize bench python python-bench
+#   bash scripts/device_run.sh STAGE...   STAGE: info cuda-tests checks sanitize bench python python-bench pack
 # Logs go to $OUT; each stage is bounded so that one stage cannot spend the session.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +67,9 @@ for stage in "$@"; do
         "$bin/sentinel_cuda_watch_tests" --gtest_brief=1 --gtest_filter='CudaWatch.Recipes*'
       ;;
     bench)
+      # Gpt2StepProfile's Chrome traces, one per kind of step.
+      export SENTINEL_TRACE_DIR=${SENTINEL_TRACE_DIR:-$out/traces}
+      mkdir -p "$SENTINEL_TRACE_DIR"
       TAIL_LINES=30 run 300 bench_cuda "$bin/bench_cuda" --benchmark_repetitions="${REPETITIONS:-3}" \
         --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true \
         ${BENCH_FILTER:+--benchmark_filter=$BENCH_FILTER}
@@ -84,6 +87,11 @@ for stage in "$@"; do
       [ -d build-cuda/python ] || { echo "device_run: python-bench needs the python stage first"; status=1; continue; }
       TAIL_LINES=12 PYTHONPATH=build-cuda/python:bench run 420 python_gpu_step "$py" bench/python_gpu_step.py \
         --rounds "${ROUNDS:-10}"
+      ;;
+    pack)
+      # Last: everything under $OUT as one archive (a call brings back at most 8 files).
+      (cd "$out" && tar czf /tmp/sentinel-logs.tgz . && find . -mindepth 1 -delete && mv /tmp/sentinel-logs.tgz logs.tgz)
+      ls -l "$out"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -63,6 +63,12 @@ class PlaceRule final : public DetectionPolicy {
   // an overflow from finite values outside the model is an error at once.
   bool from_constants(const frames::FrameRecord& f) const;
   Judgement judge_from_constants(const frames::FrameRecord& f);
+  // Inside compiled code, an argument's inf or NaN that no op made was made by the compiled kernels
+  // (Inductor's run no op), for no module this rule can name. Where the op reading it makes nothing
+  // non-finite of it (attention reading the -inf of a mask the kernels built) the value ends there:
+  // tolerated and counted under that op. Where it passes it on, it is an error at that op, and the
+  // eager replay of the batch names the op that made it.
+  bool made_by_compiled_kernels_and_absorbed(const frames::FrameRecord& f, const frames::EntryRecord& e) const;
   // The path of the module a value belongs to.
   std::string owner_path(const Made& m) const;
   // Whether ops of `reader` may read the value (its owner's or inside it), and whether the value

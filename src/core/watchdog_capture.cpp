@@ -263,6 +263,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   // loop's ops, a C++ model's ops without scopes, named by a parameter or not) is judged strictly
   // by the place rule: nothing says where their module's forward ends.
   f.in_model = !ts.scopes.empty();
+  f.in_compiled_code = inside_compiled_code;
   if (index->is_torchscript()) {
     const auto hierarchy = torch::jit::currentModuleHierarchy();
     f.place = f.module_place = index->place_for_hierarchy(hierarchy);

@@ -53,6 +53,9 @@ struct FrameRecord {
   uint8_t attribution = 0;
   uint8_t direction = 0;
   bool in_model = false;  // run by the model's own code (a module's forward), not the training loop's
+  // Run by compiled code (an extern kernel of torch.compile's): its arguments may hold what the
+  // compiled kernels made, which no op made (core/place_rule.h).
+  bool in_compiled_code = false;
   // An argument is an inf or NaN the program passed as a number (`masked_fill(mask, -inf)`,
   // `full(size, inf)`): the op's own non-finite results may be that constant (core/place_rule.h).
   bool nonfinite_constant = false;
@@ -89,6 +92,7 @@ struct FrameRecord {
     omitted_slot[0] = omitted_slot[1] = -1;
     forward_op = 0;
     in_model = false;
+    in_compiled_code = false;
     nonfinite_constant = false;
     is_return = false;
     recomputed = false;
@@ -136,6 +140,7 @@ struct FrameRecord {
     attribution = o.attribution;
     direction = o.direction;
     in_model = o.in_model;
+    in_compiled_code = o.in_compiled_code;
     nonfinite_constant = o.nonfinite_constant;
     is_return = o.is_return;
     recomputed = o.recomputed;

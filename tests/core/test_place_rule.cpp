@@ -257,4 +257,31 @@ TEST(NonfiniteAllowance, PatternsParseOrSayWhatIsWrong) {
   EXPECT_NE(message("   ").find("is empty"), std::string::npos);
 }
 
+// Inside compiled code a value no op made was made by the compiled kernels: an extern op that
+// reads it and makes nothing non-finite of it is where it ends (tolerated, counted with the
+// argument's elements); one that passes it on, or reads it from a parameter, or outside compiled
+// code, is an error there; and an op whose result was not read says nothing of where it ends.
+TEST_F(PlaceRuleTest, WhatCompiledKernelsMakeEndsAtTheExternOpThatAbsorbsItOrIsAnErrorThere) {
+  auto compiled = [](FrameRecord f) {
+    f.in_compiled_code = true;
+    return f;
+  };
+  PlaceRule r = rule();
+  EXPECT_FALSE(r.judge(compiled(op(root, "aten::_scaled_dot_product_flash_attention_for_cpu", {{1, stats()}, {30, stats(15)}},
+                                   {{31, stats()}})))
+                   .error);
+  const auto counts = r.tolerated();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].op, "aten::_scaled_dot_product_flash_attention_for_cpu");
+  EXPECT_EQ(counts[0].neg_inf, 15);
+  EXPECT_FALSE(r.judge(compiled(op(root, "aten::bmm", {{1, stats()}, {30, stats(15)}}, {{32, stats()}}))).error);
+  EXPECT_TRUE(r.judge(compiled(op(root, "aten::bmm", {{30, stats(0, 0, 2)}}, {{33, stats(0, 0, 2)}}))).error);
+  EXPECT_TRUE(r.judge(op(root, "aten::bmm", {{1, stats()}, {30, stats(15)}}, {{34, stats()}})).error);
+  FrameRecord unread = compiled(op(root, "aten::bmm", {{30, stats(15)}}, {}));
+  EXPECT_TRUE(r.judge(unread).error);
+  FrameRecord param = compiled(op(mlp, "aten::addmm", {{1, stats()}}, {{35, stats()}}));
+  param.add(entry(Role::Param, -1, 36, stats(0, 1)));
+  EXPECT_TRUE(r.judge(param).error);
+}
+
 }  // namespace

@@ -446,3 +446,42 @@ def test_a_compiled_nanogpt_that_means_its_masks_trains_under_hfs_call_as_if_unw
     watching = Watch._of_model[model._orig_mod]()
     assert watching is not None and watching.batch_number == 3 and watching.report is None
     watching.close()
+
+
+class MaskedAttention(nn.Module):
+    """Attention under a causal mask its forward builds with `fill` above the diagonal: compiled,
+    the mask is made by one of Inductor's kernels (no op) and read by the extern attention op."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.fill = float("-inf")
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 8).permute(2, 0, 3, 1, 4)
+        t = x.shape[1]
+        mask = torch.zeros(t, t).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), self.fill)
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_what_the_compiled_kernels_make_for_an_extern_op_ends_there_or_is_an_error_there():
+    torch.manual_seed(0)
+    model = MaskedAttention()
+    compiled = torch.compile(model)
+    x = torch.randn(2, 6, 16)
+    expected = compiled(x)
+    w = Watch(compiled)
+    for _ in range(2):
+        assert torch.equal(compiled(x), expected)
+    assert w.report is None
+    # Counted where the -inf ended: the attention op read 15 of them per batch.
+    rows = [r for r in w.tolerated() if "scaled_dot_product" in r["op"]]
+    assert len(rows) == 1 and rows[0]["frames"] == 2 and rows[0]["neg_inf"] == 2 * 15, w.tolerated()
+    # A NaN the kernels make, which the attention passes on: an error at the attention op.
+    model.fill = float("nan")
+    with pytest.raises(NonFiniteError) as caught:
+        compiled(x)
+    trigger = caught.value.report.trigger
+    assert "scaled_dot_product" in trigger.op
+    assert any(e.role == "input" and e.stats.nan > 0 for e in trigger.entries)
+    w.close()

@@ -131,7 +131,9 @@ struct ToleratedCount {
   std::string module_class;
   std::string op;
   bool allowed = false;
-  int64_t frames = 0;  // frames whose results held them (or, when allowed or absorbed inside compiled code, their arguments)
+  // Frames whose results held them (or, when allowed or absorbed inside compiled code, whose
+  // arguments did).
+  int64_t frames = 0;
   int64_t nan = 0;     // elements, over those frames
   int64_t pos_inf = 0;
   int64_t neg_inf = 0;

@@ -1,5 +1,7 @@
 #include "core/place_rule.h"
 
+#include <array>
+
 #include "frames/entry_label.h"
 
 namespace sentinel::core {
@@ -123,6 +125,8 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   std::shared_ptr<const FrameRecord> made_by;  // of the tolerated values this op reads
   if (!f.inputs_finite) {
     bool seen = false;
+    std::array<int, FrameRecord::kMaxEntries> absorbed{};  // entries made by compiled kernels, ending here
+    int absorbed_count = 0;
     for (int i = 0; i < f.entry_count && !j.error; ++i) {
       const EntryRecord& e = f.entries[i];
       if (e.role == Role::Output || !nonfinite_read(e)) continue;
@@ -136,7 +140,7 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
       }
       if (allowed(f, e)) continue;
       if (it == tolerated_values_.end() && made_by_compiled_kernels_and_absorbed(f, e)) {
-        add_elements(counted_row(f, false), e.stats);
+        absorbed[absorbed_count++] = i;
         continue;
       }
       // Made elsewhere and tolerated there, or made where nothing tolerates it (the batch's input,
@@ -149,6 +153,10 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
     }
     // The non-finite inputs lie beyond the entries kept: nothing says who made them.
     if (!seen) j.error = true;
+    if (absorbed_count > 0 && !j.error) {
+      auto& c = counted_row(f, false);
+      for (int k = 0; k < absorbed_count; ++k) add_elements(c, f.entries[absorbed[k]].stats);
+    }
   }
   bool any_tolerated = false;
   for (int i = 0; i < f.entry_count; ++i) {

@@ -267,13 +267,14 @@ TEST_F(PlaceRuleTest, WhatCompiledKernelsMakeEndsAtTheExternOpThatAbsorbsItOrIsA
     return f;
   };
   PlaceRule r = rule();
-  EXPECT_FALSE(r.judge(compiled(op(root, "aten::_scaled_dot_product_flash_attention_for_cpu", {{1, stats()}, {30, stats(15)}},
-                                   {{31, stats()}})))
+  EXPECT_FALSE(r.judge(compiled(op(root, "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                   {{1, stats()}, {30, stats(15)}, {29, stats(15)}}, {{31, stats()}})))
                    .error);
   const auto counts = r.tolerated();
   ASSERT_EQ(counts.size(), 1u);
   EXPECT_EQ(counts[0].op, "aten::_scaled_dot_product_flash_attention_for_cpu");
-  EXPECT_EQ(counts[0].neg_inf, 15);
+  EXPECT_EQ(counts[0].frames, 1);
+  EXPECT_EQ(counts[0].neg_inf, 30);
   EXPECT_FALSE(r.judge(compiled(op(root, "aten::bmm", {{1, stats()}, {30, stats(15)}}, {{32, stats()}}))).error);
   EXPECT_TRUE(r.judge(compiled(op(root, "aten::bmm", {{30, stats(0, 0, 2)}}, {{33, stats(0, 0, 2)}}))).error);
   EXPECT_TRUE(r.judge(op(root, "aten::bmm", {{1, stats()}, {30, stats(15)}}, {{34, stats()}})).error);

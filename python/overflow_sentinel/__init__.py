@@ -78,6 +78,8 @@ class Watch:
     _lives_with_model = False
     # A replay's watchdog (_replay.py) watches a model already watched, for one batch.
     _is_replay = False
+    # The call during which a compile after watching was noticed runs unbounded (_compiled.py).
+    _unbounded_compiled_call = False
     # What a batch() is, in its report (a training step: no phase said).
     _step_phase = None
     # The watchdog of each model being watched, to refuse a second one (a weak map: watching keeps

@@ -135,6 +135,7 @@ class Boundary:
         w = self._watch()
         if w is None or w._native.closed or w._replaying:
             return
+        end_unbounded_call(w)
         if not self._said:
             self._said = True
             what = "the model" if self.index == 0 else self.path
@@ -281,6 +282,10 @@ def _notice_a_later_compile(watch):
     if wrapper is None and model._compiled_call_impl is None:
         return
     watch._boundaries.insert(0, Boundary(watch, model, wrapper))
+    # The rest of this call runs compiled code with no boundary around it: its extern ops would be
+    # judged as ops outside any compiled call (a mask its kernels made, read by attention, would
+    # stop it). They make no frame until an eager hook or the next compiled call's boundary runs.
+    watch._unbounded_compiled_call = True
     sys.stdout.write("overflow_sentinel: the watched model was compiled after it was watched: its compiled "
                      "calls are watched at their boundary from the next call on (this one is not)\n")
     sys.stdout.flush()
@@ -289,9 +294,18 @@ def _notice_a_later_compile(watch):
 def _on_compile_end(*_):
     for watch in _live(_watching):
         try:
-            watch._native.set_compiler_running(False)
+            if not watch._unbounded_compiled_call:
+                watch._native.set_compiler_running(False)
         except Exception as error:  # noqa: BLE001
             _say_callback_failed(error)
+
+
+def end_unbounded_call(watch):
+    """Eager code of the model, or a compiled call's boundary, runs: the call compiled after the
+    model was watched is over, and ops make frames again."""
+    if watch._unbounded_compiled_call:
+        watch._unbounded_compiled_call = False
+        watch._native.set_compiler_running(False)
 
 
 def _say_callback_failed(error):

@@ -48,6 +48,9 @@ def pre_hook(me, index):
 
 
 def enter(w, index, args):
+    if w._unbounded_compiled_call:
+        from ._compiled import end_unbounded_call
+        end_unbounded_call(w)
     if index == 0 and not in_backward():  # a recomputed forward opens no batch
         w._begin_call()
     w._native.enter(index, args)

@@ -485,3 +485,26 @@ def test_what_the_compiled_kernels_make_for_an_extern_op_ends_there_or_is_an_err
     assert "scaled_dot_product" in trigger.op
     assert any(e.role == "input" and e.stats.nan > 0 for e in trigger.entries)
     w.close()
+
+
+def test_the_call_compiled_after_watching_is_not_judged_and_the_next_ones_are():
+    # The call that compiles runs its kernels with no boundary around them: in a batch opened by
+    # the loop (as Trainer's callback opens its steps), its extern attention, reading the mask they
+    # made, would be an op outside any compiled call.
+    torch.manual_seed(0)
+    model = MaskedAttention()
+    w = Watch(model)
+    compiled = torch.compile(model)
+    x = torch.randn(2, 6, 16)
+    for _ in range(3):
+        with w.batch():
+            compiled(x)
+    assert w.report is None
+    rows = [r for r in w.tolerated() if "scaled_dot_product" in r["op"]]
+    assert len(rows) == 1 and rows[0]["frames"] == 2, w.tolerated()
+    model.fill = float("nan")  # recompiled: the boundary is there, and the NaN stops it
+    with pytest.raises(NonFiniteError) as caught:
+        with w.batch():
+            compiled(x)
+    assert "scaled_dot_product" in caught.value.report.trigger.op
+    w.close()

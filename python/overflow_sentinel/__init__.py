@@ -390,6 +390,7 @@ class _Batch:
     def __exit__(self, exc_type, exc, tb):
         w = self._watch
         w._explicit -= 1
+        _compiled.end_unbounded_call(w)  # a call compiled inside the batch is over by its end
         try:
             w._call(w._native.end_batch)
         except SentinelError:

@@ -305,7 +305,8 @@ def end_unbounded_call(watch):
     model was watched is over, and ops make frames again."""
     if watch._unbounded_compiled_call:
         watch._unbounded_compiled_call = False
-        watch._native.set_compiler_running(False)
+        if not watch._native.closed:  # (closed inside the batch: nothing is left to resume)
+            watch._native.set_compiler_running(False)
 
 
 def _say_callback_failed(error):

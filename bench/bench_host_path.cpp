@@ -4,6 +4,9 @@
 // with every tensor handed to a device that does no work (no_work_device.h). What the watched
 // step adds over the unwatched one, per deferred frame, is what the watchdog costs the host per
 // op on a GPU, launches excluded: the work that decides whether the host stays ahead of the GPU.
+// First: it reads RecordFunction's header as LibTorch was built.
+#include "empty_callback.h"
+
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -52,6 +55,20 @@ void BM_Gpt2HostUnwatched(benchmark::State& state) {
   }
 }
 
+// The unwatched step under a callback that does nothing (empty_callback.h), the arguments and
+// results boxed for it (argument 1) or not (0).
+void BM_Gpt2HostEmptyCallback(benchmark::State& state) {
+  TinyGpt2Rig rig;
+  const bench::EmptyCallback callback(state.range(0) != 0);
+  for (auto _ : state) {
+    rig.optimizer->zero_grad();
+    rig.loss().backward();
+    rig.optimizer->step();
+  }
+  state.counters["events_per_step"] =
+      static_cast<double>(bench::EmptyCallback::events()) / static_cast<double>(state.iterations());
+}
+
 void BM_Gpt2HostThroughDevice(benchmark::State& state) {
   TinyGpt2Rig rig;
   sentinel::device::set_device_factory_for_testing(bench::no_work_device);
@@ -78,4 +95,5 @@ void BM_Gpt2HostThroughDevice(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_Gpt2HostUnwatched)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2HostEmptyCallback)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2HostThroughDevice)->Unit(benchmark::kMillisecond);

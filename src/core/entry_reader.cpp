@@ -126,7 +126,10 @@ EntryRecord DeviceReader::read(FrameRecord& f, const at::Tensor& t, const ReadRe
   const fp8::Role* fp8_role = r.gemm && r.gemm->probe ? &r.gemm->role : nullptr;
   EntryRecord e = make_entry(r.role, r.index, r.sub);
   stats::Readability readability = dev.readability(t);
-  if (readability == stats::Readability::Read && dev.capturing()) readability = stats::Readability::CapturedInGraph;
+  if (readability == stats::Readability::Read) {
+    if (f.device_capturing < 0) f.device_capturing = dev.capturing() ? 1 : 0;
+    if (f.device_capturing == 1) readability = stats::Readability::CapturedInGraph;
+  }
   set_readability(e, t, readability);
   if (readability != stats::Readability::Read) {
     ++ctx_.counters.tensors_skipped_on_device;

@@ -67,6 +67,9 @@ struct FrameRecord {
   bool writes_arguments = false;
   // Some arguments were left unread until the op's result is known (Readability::FactorOfFiniteProduct).
   bool factors_deferred = false;
+  // Whether the device's stream was capturing a CUDA graph when this frame first read there (-1:
+  // not asked yet): asked once per frame, not once per tensor (a runtime call each).
+  int8_t device_capturing = -1;
   uint16_t entry_count = 0;
   int64_t entries_omitted = 0;
   uint16_t outputs_seen = 0;  // outputs added so far, kept or omitted (numbers the next one)
@@ -98,6 +101,7 @@ struct FrameRecord {
     recomputed = false;
     writes_arguments = false;
     factors_deferred = false;
+    device_capturing = -1;
     outputs_seen = 0;
     entry_count = 0;
     entries_omitted = 0;

@@ -156,4 +156,71 @@ TEST(EntryReaders, TheDeviceReaderStartsAReductionAndTheReadBackFillsTheWaitingF
   EXPECT_FALSE(frames[0].finite());
 }
 
+// A device capturing a CUDA graph whenever the test says, counting how often it is asked.
+class CapturingDevice final : public sentinel::device::StatsDevice {
+ public:
+  explicit CapturingDevice(int64_t capacity) : inner_(sentinel::device::make_cpu_deferred_device(capacity)) {}
+  bool owns(const at::Tensor& t) const override { return inner_->owns(t); }
+  sentinel::stats::Readability readability(const at::Tensor& t) const override { return inner_->readability(t); }
+  bool capturing() const override {
+    ++asked;
+    return capture;
+  }
+  void enqueue(const at::Tensor& t, int64_t slot, const sentinel::device::Request& r) override {
+    inner_->enqueue(t, slot, r);
+  }
+  void read_back(int64_t first, int64_t end) override { inner_->read_back(first, end); }
+  sentinel::device::SlotResult result(int64_t slot) const override { return inner_->result(slot); }
+  int64_t capacity() const override { return inner_->capacity(); }
+  int64_t synchronisations() const override { return inner_->synchronisations(); }
+
+  static inline bool capture = false;
+  static inline int asked = 0;
+
+ private:
+  std::unique_ptr<sentinel::device::StatsDevice> inner_;
+};
+
+// Whether the stream captures is asked once per frame (a runtime call on a GPU), and a frame
+// opened after the capture began, or ended, asks again: inside a capture nothing is enqueued.
+TEST(EntryReaders, TheDeviceReaderAsksOncePerFrameWhetherAGraphIsBeingCaptured) {
+  sentinel::device::set_device_factory_for_testing(
+      [](int64_t capacity) -> std::unique_ptr<sentinel::device::StatsDevice> {
+        return std::make_unique<CapturingDevice>(capacity);
+      });
+  struct Restore {
+    ~Restore() { sentinel::device::set_device_factory_for_testing(nullptr); }
+  } restore;
+  CapturingDevice::capture = false;
+  CapturingDevice::asked = 0;
+  Context ctx{Options()};
+  EntryReaders readers(ctx.get());
+  FrameRecord f;
+  f.reset();
+  const auto a = torch::randn({8});
+  const auto b = torch::randn({8});
+  ASSERT_EQ(&readers.pick(f, a, input()), &readers.device);
+  f.add(readers.device.read(f, a, input()));
+  f.add(readers.device.read(f, b, input(1)));
+  EXPECT_EQ(CapturingDevice::asked, 1);
+  EXPECT_EQ(ctx.counters.tensors_read_on_device, 2);
+  readers.device.deferred().push(f);
+  std::vector<FrameRecord> frames;
+  readers.device.deferred().resolve(*readers.device.device(), [](const auto&, const auto&) {}, frames);
+
+  CapturingDevice::capture = true;  // the next op runs inside a capture
+  f.reset();
+  const auto c = torch::randn({8});
+  const auto d = torch::randn({8});
+  f.add(readers.device.read(f, c, input()));
+  f.add(readers.device.read(f, d, input(1)));
+  EXPECT_EQ(CapturingDevice::asked, 2);
+  EXPECT_EQ(ctx.counters.tensors_read_on_device, 2);  // nothing enqueued inside the capture
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(f.entries[i].state, EntryState::Skipped);
+    EXPECT_EQ(f.entries[i].skip_reason, static_cast<uint8_t>(sentinel::stats::Readability::CapturedInGraph));
+  }
+  EXPECT_FALSE(f.pending);
+}
+
 }  // namespace

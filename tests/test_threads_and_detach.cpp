@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -229,6 +230,48 @@ TEST(Detach, DestroyingTheWatchdogRemovesItsCallbackAndChangesNoResult) {
     step.finish();
   }
   EXPECT_TRUE(torch::equal(model->fc1->weight.grad(), grad_plain));
+}
+
+// The ops a thread runs between training steps (an optimizer's, thousands a step in LibTorch's)
+// make no frame: after a batch that held its backward and the gradients' check, the thread's
+// callback comes off, and its next batch puts it back. A batch of a forward alone keeps it: its
+// backward may follow outside it.
+TEST(Detach, BetweenTrainingStepsTheThreadsOpsReachNoCallbackAndTheNextBatchWatchesAgain) {
+  torch::manual_seed(0);
+  Mlp model;
+  const auto x = small_input();
+  const bool had_callbacks = at::hasThreadLocalCallbacks();
+  std::ostringstream out;
+  sentinel::Watchdog watch(model.ptr(), sentinel::Options().output(out));
+  {
+    auto step = watch.batch();
+    EXPECT_TRUE(at::hasThreadLocalCallbacks());
+    watch.backward(model->forward(x).sum());
+    step.finish();
+  }
+  EXPECT_EQ(at::hasThreadLocalCallbacks(), had_callbacks);
+  torch::Tensor loss;
+  {
+    auto forward_only = watch.batch();
+    EXPECT_TRUE(at::hasThreadLocalCallbacks());
+    loss = model->forward(x).sum();
+    forward_only.finish();
+  }
+  EXPECT_TRUE(at::hasThreadLocalCallbacks());
+  loss.backward();
+  {
+    torch::NoGradGuard no_grad;
+    model->fc2->weight[1][2] = std::numeric_limits<float>::quiet_NaN();
+  }
+  try {
+    auto step = watch.batch();
+    watch.backward(model->forward(x).sum());
+    step.finish();
+    FAIL() << "the NaN weight was not found after a step that took the callback off\n" << out.str();
+  } catch (const sentinel::NonFiniteError& e) {
+    EXPECT_EQ(e.report().trigger().direction, sentinel::Direction::Forward);
+    EXPECT_EQ(e.report().trigger().module_path, "fc2");
+  }
 }
 
 TEST(Detach, AWatchdogDestroyedOnAnotherThreadIsNeverTouchedAgain) {

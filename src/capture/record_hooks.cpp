@@ -18,8 +18,6 @@
 
 #include <cstring>
 #include <exception>
-#include <mutex>
-#include <thread>
 #include <utility>
 
 #include "capture/op_call.h"
@@ -77,76 +75,6 @@ NotRecorded::~NotRecorded() {
 }
 
 bool callbacks_installed() { return at::hasCallbacks(); }
-
-// ---- SessionAnchor ----------------------------------------------------------------------------
-
-namespace {
-// Anchors this thread is inside of, so that closing one from inside its own callback (a report
-// callback that destroys the watchdog) does not wait for itself. Trivially destructible: readable
-// until the thread's very end.
-constexpr int kMaxNested = 32;
-thread_local const SessionAnchor* entered_here[kMaxNested];
-thread_local int entered_count = 0;
-}  // namespace
-
-SessionAnchor::Use::Use(SessionAnchor* anchor) {
-  anchor->inside_.fetch_add(1);
-  Session* s = anchor->session_.load();
-  if (s == nullptr) {
-    anchor->inside_.fetch_sub(1);
-    return;
-  }
-  anchor_ = anchor;
-  session_ = s;
-  if (entered_count < kMaxNested) entered_here[entered_count] = anchor;
-  ++entered_count;
-}
-
-SessionAnchor::Use::~Use() {
-  if (anchor_ == nullptr) return;
-  --entered_count;
-  anchor_->inside_.fetch_sub(1);
-}
-
-void SessionAnchor::close() {
-  session_.store(nullptr);
-  int own = 0;
-  for (int i = 0; i < std::min(entered_count, kMaxNested); ++i) own += entered_here[i] == this;
-  // Callbacks on other threads finish what they started; they never wait for this thread.
-  while (inside_.load() > own) std::this_thread::yield();
-}
-
-// ---- Thread state -----------------------------------------------------------------------------
-
-namespace {
-thread_local bool state_destroyed = false;
-struct StateOfThread {
-  ThreadState state;
-  ~StateOfThread() { state_destroyed = true; }
-};
-}  // namespace
-
-ThreadState& thread_state() {
-  static thread_local StateOfThread of_thread;
-  return of_thread.state;
-}
-
-bool thread_state_destroyed() { return state_destroyed; }
-
-namespace {
-std::mutex last_session_mutex;
-std::weak_ptr<SessionAnchor> last_session;
-}  // namespace
-
-void note_batch_session(const std::weak_ptr<SessionAnchor>& session) {
-  std::lock_guard<std::mutex> lock(last_session_mutex);
-  last_session = session;
-}
-
-std::shared_ptr<SessionAnchor> last_batch_session_in_process() {
-  std::lock_guard<std::mutex> lock(last_session_mutex);
-  return last_session.lock();
-}
 
 // ---- The per-op protocol ----------------------------------------------------------------------
 
@@ -496,12 +424,42 @@ bool push_batch(const std::shared_ptr<SessionAnchor>& anchor) {
   return true;
 }
 
-void pop_batch(const SessionAnchor* anchor) {
+namespace {
+
+// After a batch that held a whole training step (its backward and the gradients' check), nothing
+// this thread runs before its next batch makes a frame: the optimizer's ops, the data loader's.
+// The callback comes off until push_batch puts it back, so that those ops pay LibTorch nothing
+// for it: every event boxes its op's arguments and results for the callback, about a microsecond
+// an op, and LibTorch's optimizers run thousands of ops a step, one parameter at a time. It stays
+// where anything else may need it: a batch or TorchScript forward open here, an op or autograd
+// node in flight, a named scope open (its end would be missed), a session that opens batches on
+// TorchScript forwards.
+void park_callback_between_steps(ThreadState& ts) {
+  if (ts.callback == 0 || libtorch_state_gone) return;
+  if (ts.any_active() || ts.op_depth != 0 || ts.backward_depth != 0 || ts.torchscript_depth != 0 ||
+      ts.open_frame_count != 0 || !ts.scopes.empty()) {
+    return;
+  }
+  for (const auto& w : ts.bound) {
+    auto anchor = w.lock();
+    if (!anchor) continue;
+    auto use = anchor->enter();
+    if (use && use.get()->opens_batches_on_torchscript_forward()) return;
+  }
+  at::removeCallback(ts.callback);
+  ts.callback = 0;
+}
+
+}  // namespace
+
+void pop_batch(const SessionAnchor* anchor, bool step_done) {
   if (thread_state_destroyed()) return;
-  auto& batches = thread_state().batches;
+  ThreadState& ts = thread_state();
+  auto& batches = ts.batches;
   for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
     if (it->get() == anchor) {
       batches.erase(std::next(it).base());
+      if (step_done) park_callback_between_steps(ts);
       return;
     }
   }

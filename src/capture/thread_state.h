@@ -131,7 +131,9 @@ void unbind_from_this_thread(const SessionAnchor* anchor);
 // Explicit batches: false when `anchor` already has one open on this thread (forward() inside
 // batch(): one batch).
 bool push_batch(const std::shared_ptr<SessionAnchor>& anchor);
-void pop_batch(const SessionAnchor* anchor);
+// `step_done`: the batch held a whole training step, its gradients checked; the thread's callback
+// may then come off until its next batch (the ops between steps make no frame).
+void pop_batch(const SessionAnchor* anchor, bool step_done);
 bool batch_open_here(const SessionAnchor* anchor);
 
 }  // namespace capture

@@ -124,6 +124,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   forward_ops.clear();
   delivery.policy().begin_batch();
   backward_in_batch = false;
+  gradients_checked_in_batch = false;
   ranks.backward_ran_in_batch = false;
   if (batches.begin()) {
     const ranks::RankSession& session = ranks.session();
@@ -218,7 +219,7 @@ void Watchdog::Impl::close_explicit_batch() {
     check_parameter_gradients();
     ranks.grads_at_batch_end = false;
   }
-  capture::pop_batch(anchor.get());
+  capture::pop_batch(anchor.get(), gradients_checked_in_batch.load());
   {
     std::unique_lock<std::mutex> lock(mutex);
     end_batch_locked(lock);

@@ -100,6 +100,7 @@ void Watchdog::Impl::check_parameter_gradients() {
   if (delivery.stopped() || !index) return;
   backward_in_batch = false;
   ranks.backward_ran_in_batch = true;
+  if (batches.open()) gradients_checked_in_batch = true;
   capture::NotRecorded no_recursion;
   c10::InferenceMode no_autograd;
   const uint32_t op = strings.intern("AccumulateGrad");

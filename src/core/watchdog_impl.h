@@ -153,6 +153,9 @@ struct Watchdog::Impl final : capture::Session {
   // The name given to `t`'s storage, 0 when none (lock held).
   uint32_t storage_name(const at::Tensor& t) const;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
+  // The batch open now has had its gradients checked: a whole training step, nothing of which
+  // is left for after it (capture::pop_batch).
+  std::atomic<bool> gradients_checked_in_batch{false};
   // The FP8 monitor, the statistics collections, the loggers, the dumps (src/core/step_observers.h).
   core::StepObservers observers;
   HeadroomSummary headroom_summary;              // Options::headroom

@@ -13,6 +13,10 @@
 
 #include "cuda/lane_scan.h"
 #include "fp8/fp8_probe_math.h"
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include "cuda/fp8_pair_round.h"
+#define SENTINEL_FP8_CONVERSIONS 1  // the GPU converts to FP8 and back itself
+#endif
 
 // Loops over a vector's lanes, unrolled on the device so that the lanes stay in registers.
 #if defined(__CUDA_ARCH__)
@@ -68,14 +72,25 @@ struct ProbeLanes {
       SENTINEL_UNROLL
       for (int k = 0; k < kLanes; ++k) probe.underflow += ax[k] < p.underflow_below;
     }
+    float a[kLanes], q[kLanes];
+    SENTINEL_UNROLL
+    for (int k = 0; k < kLanes; ++k) a[k] = stats::rounded_product(ax[k], p.scale);
+#ifdef SENTINEL_FP8_CONVERSIONS
+    if (p.fp8_kind != stats::Fp8ProbeParams::Fp8Kind::kOther) {
+      SENTINEL_UNROLL
+      for (int k = 0; k < kLanes; k += 2) fp8_pair_round(a[k], a[k + 1], p.fp8_kind, q[k], q[k + 1]);
+    } else
+#endif
+    {
+      SENTINEL_UNROLL
+      for (int k = 0; k < kLanes; ++k) q[k] = stats::fp8_saturate(stats::fp8_round_scaled(a[k], p), p.max);
+    }
     SENTINEL_UNROLL
     for (int k = 0; k < kLanes; ++k) {
-      const float a = stats::rounded_product(ax[k], p.scale);
-      const float q = stats::fp8_saturate(stats::fp8_round_scaled(a, p), p.max);
-      const float err = a - q;  // exact, but where q saturated: q is a rounded to a few bits
+      const float err = a[k] - q[k];  // exact, but where q saturated: q is a rounded to a few bits
       sum_sq_error += err * err;
-      sum_a_q += a * q;
-      sum_q_sq += q * q;
+      sum_a_q += a[k] * q[k];
+      sum_q_sq += q[k] * q[k];
     }
     if (++vectors == kVectorsPerFlush) flush(probe);
   }

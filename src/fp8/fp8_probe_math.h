@@ -23,6 +23,9 @@ struct Fp8ProbeParams {
   // overflows, 0 < |x| < underflow_below flushes to zero. Found once per (scale, format).
   float overflow_above = FLT_MAX;
   float underflow_below = 0;
+  // Which FP8 format these are of, for a GPU's own conversions (cuda/fp8_pair_round.h); another
+  // element format (the block recipes' E2M1) is rounded by the arithmetic below alone.
+  enum class Fp8Kind : uint8_t { kOther, kE4M3, kE5M2 } fp8_kind = Fp8Kind::kOther;
 };
 
 // a (finite, >= 0) rounded to the format's grid, before saturation. Adding a magic number M
@@ -126,7 +129,9 @@ inline Fp8ProbeParams make_element_params(float scale, float max, float min_subn
 }
 
 inline Fp8ProbeParams make_fp8_probe_params(float scale, fp8::Format f) {
-  return make_element_params(scale, fp8::max_value(f), fp8::min_subnormal(f), f == fp8::Format::E4M3 ? 3 : 2);
+  Fp8ProbeParams p = make_element_params(scale, fp8::max_value(f), fp8::min_subnormal(f), f == fp8::Format::E4M3 ? 3 : 2);
+  p.fp8_kind = f == fp8::Format::E4M3 ? Fp8ProbeParams::Fp8Kind::kE4M3 : Fp8ProbeParams::Fp8Kind::kE5M2;
+  return p;
 }
 
 }  // namespace stats

@@ -8,7 +8,9 @@
 // as the CPU pass's lanes keep them (src/fp8/fp8_probe.cpp). A vector whose scaled magnitudes
 // lie outside the range where float squares keep their precision takes the per-element double
 // arithmetic instead. In float64 per element, the probe cost the bfloat16 kernel three quarters
-// of its bandwidth.
+// of its bandwidth. On a GPU that converts to FP8 itself (compute capability 8.9 and up) the
+// rounding is its conversions, a pair of lanes at a time (cuda/fp8_pair_round.h: equal to the
+// arithmetic the CPU tests run here, by tests/fp8/test_fp8_pair_round.cpp).
 #include <cstdint>
 
 #include "cuda/lane_scan.h"

@@ -72,7 +72,7 @@ void Watchdog::Impl::resolve_deferred(std::unique_lock<std::mutex>& lock, bool l
     if (!lock.owns_lock()) lock.lock();
   }
   detecting_late = false;
-  frames.clear();
+  // Kept, frames and all, for the next read-back to write over (DeferredFrames::push).
   if (frames.capacity() > resolved_frames.capacity()) resolved_frames.swap(frames);
 }
 

@@ -28,32 +28,36 @@ class DeferredFrames {
   // The slots in flight are [first_unread_slot(), next_slot()).
   int64_t first_unread_slot() const { return first_unread_; }
   int64_t next_slot() const { return next_slot_; }
-  bool empty() const { return frames_.empty(); }
-  size_t size() const { return frames_.size(); }
+  bool empty() const { return count_ == 0; }
+  size_t size() const { return count_; }
+  // The frames of earlier read-backs stay constructed and are written over (constructing one
+  // writes all of its 2 KiB; assign copies the entries in use).
   void push(const frames::FrameRecord& f) {
-    frames_.emplace_back();
-    frames_.back().assign(f);
+    if (count_ == frames_.size()) frames_.emplace_back();
+    frames_[count_++].assign(f);
   }
   void note_probe(const PendingProbe& p) { probes_.push_back(p); }
 
   // Reads back every slot in flight (one wait) and fills the waiting frames; hands them over in
   // the order they were made by swapping them into `out` (whose old contents are dropped), and
   // the probed slots' numbers through `on_probe(probe, result)`. A frame is a few KiB: the two
-  // vectors trade places batch after batch and keep their memory, so that a batch of a thousand
-  // frames allocates nothing (a deque freed and allocated every frame's node each batch).
+  // vectors trade places batch after batch and keep their memory and their frames, so that a
+  // batch of a thousand frames allocates and constructs nothing (a deque freed and allocated
+  // every frame's node each batch). `out` holds the frames read back, no more.
   template <typename OnProbe>
   void resolve(StatsDevice& device, OnProbe&& on_probe, std::vector<frames::FrameRecord>& out) {
     if (slots_in_flight() > 0) device.read_back(first_unread_, next_slot_);
     first_unread_ = next_slot_;
-    for (auto& f : frames_) fill(device, f);
+    for (size_t i = 0; i < count_; ++i) fill(device, frames_[i]);
     for (const auto& p : probes_) on_probe(p, device.result(p.slot));
+    frames_.resize(count_);
     out.swap(frames_);
-    frames_.clear();
+    count_ = 0;
     probes_.clear();
   }
   // Forgets every waiting frame and slot: their numbers cannot be read back.
   void drop() {
-    frames_.clear();
+    count_ = 0;
     probes_.clear();
     first_unread_ = next_slot_;
   }
@@ -79,7 +83,8 @@ class DeferredFrames {
     f.pending = false;
   }
 
-  std::vector<frames::FrameRecord> frames_;
+  std::vector<frames::FrameRecord> frames_;  // the first count_ wait; the rest are kept for reuse
+  size_t count_ = 0;
   std::vector<PendingProbe> probes_;
   int64_t next_slot_ = 0;
   int64_t first_unread_ = 0;

@@ -149,6 +149,9 @@ struct FrameRecord {
     is_return = o.is_return;
     recomputed = o.recomputed;
     writes_arguments = o.writes_arguments;
+    factors_deferred = o.factors_deferred;
+    device_capturing = o.device_capturing;
+    outputs_seen = o.outputs_seen;
     entry_count = o.entry_count;
     entries_omitted = o.entries_omitted;
     inputs_finite = o.inputs_finite;

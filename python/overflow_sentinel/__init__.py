@@ -391,6 +391,8 @@ class _Batch:
         w = self._watch
         w._explicit -= 1
         _compiled.end_unbounded_call(w)  # a call compiled inside the batch is over by its end
+        if w._native.closed:
+            return False  # closed inside the block: closing ended the batch
         try:
             w._call(w._native.end_batch)
         except SentinelError:

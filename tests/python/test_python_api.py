@@ -119,6 +119,26 @@ def test_the_context_manager_closes_its_watchdog():
         w.batch_number
 
 
+def test_a_watchdog_closed_inside_its_own_batch_ends_the_block_quietly(capsys):
+    """Closing ends the open batch: the block's exit has nothing left to end, and neither raises
+    nor hides the user's own exception."""
+    model = Mlp()
+    x = torch.randn(3, 16)
+    unwatched = model(x)
+    w = Watch(model)
+    with w.batch():
+        assert torch.equal(model(x), unwatched)
+        w.close()
+    assert hooks_of(model) == 0
+    assert torch.equal(model(x), unwatched)
+    w = Watch(model)
+    with pytest.raises(KeyError, match="the user's own"):
+        with w.batch():
+            w.close()
+            raise KeyError("the user's own")
+    assert "closed" not in capsys.readouterr().out
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

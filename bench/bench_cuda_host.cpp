@@ -16,15 +16,13 @@
 
 #include <sentinel/sentinel.h>
 
-#include <chrono>
 #include <exception>
-#include <map>
 #include <memory>
 #include <sstream>
-#include <string>
 
 #include "gpt2_cuda_rig.h"
 #include "no_work_device.h"
+#include "phase_clock.h"
 
 namespace {
 
@@ -42,28 +40,6 @@ void BM_Gpt2StepEmptyCallback(benchmark::State& state) {
   }
 }
 
-// Accumulates the host's wall time between marks into named phases, in ms per step.
-class PhaseClock {
- public:
-  explicit PhaseClock(benchmark::State& state) : state_(state) {}
-  void start() { last_ = std::chrono::steady_clock::now(); }
-  void mark(const char* phase) {
-    const auto now = std::chrono::steady_clock::now();
-    totals_[phase] += std::chrono::duration<double, std::milli>(now - last_).count();
-    last_ = now;
-  }
-  void report() {
-    for (const auto& [phase, total] : totals_) {
-      state_.counters[phase + "_ms"] = state_.iterations() > 0 ? total / static_cast<double>(state_.iterations()) : 0;
-    }
-  }
-
- private:
-  benchmark::State& state_;
-  std::map<std::string, double> totals_;
-  std::chrono::steady_clock::time_point last_;
-};
-
 enum PhaseKind { kUnwatched = 0, kHostOnly = 1, kWatched = 2 };
 
 void BM_Gpt2StepPhases(benchmark::State& state) {
@@ -75,7 +51,7 @@ void BM_Gpt2StepPhases(benchmark::State& state) {
     std::ostringstream out;
     std::unique_ptr<sentinel::Watchdog> watch;
     if (kind != kUnwatched) watch = std::make_unique<sentinel::Watchdog>(rig.model.ptr(), sentinel::Options().output(out));
-    PhaseClock clock(state);
+    bench::PhaseClock clock(state);
     auto step = [&](bool timed) {
       if (timed) clock.start();
       rig.optimizer->zero_grad();

@@ -17,6 +17,7 @@
 
 #include "bench/gpt2_model.h"
 #include "no_work_device.h"
+#include "phase_clock.h"
 
 namespace {
 
@@ -103,8 +104,44 @@ void BM_Gpt2HostThroughDevice(benchmark::State& state) {
   sentinel::device::set_device_factory_for_testing(nullptr);
 }
 
+// One step of kind K (0 unwatched, 1 watched through the device that does no work), the host's
+// time per phase in ms per step: forward (with zero_grad), backward, the batch's end, the
+// optimizer. Which part of the step the watchdog's host work lands in.
+void BM_Gpt2HostPhases(benchmark::State& state) {
+  TinyGpt2Rig rig;
+  const bool watched = state.range(0) != 0;
+  sentinel::device::set_device_factory_for_testing(bench::no_work_device);
+  {
+    std::ostringstream out;
+    std::unique_ptr<sentinel::Watchdog> watch;
+    if (watched) watch = std::make_unique<sentinel::Watchdog>(rig.model.ptr(), sentinel::Options().output(out));
+    bench::PhaseClock clock(state);
+    for (auto _ : state) {
+      clock.start();
+      rig.optimizer->zero_grad();
+      std::unique_ptr<sentinel::BatchGuard> batch;
+      if (watch) batch = std::make_unique<sentinel::BatchGuard>(watch->batch());
+      auto loss = rig.loss();
+      clock.mark("forward");
+      if (watch) {
+        watch->backward(loss);
+      } else {
+        loss.backward();
+      }
+      clock.mark("backward");
+      if (batch) batch->finish();
+      clock.mark("batch_end");
+      rig.optimizer->step();
+      clock.mark("optimizer");
+    }
+    clock.report();
+  }
+  sentinel::device::set_device_factory_for_testing(nullptr);
+}
+
 }  // namespace
 
 BENCHMARK(BM_Gpt2HostUnwatched)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2HostEmptyCallback)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Gpt2HostThroughDevice)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gpt2HostPhases)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);

@@ -53,22 +53,7 @@ void BM_Gpt2StepPhases(benchmark::State& state) {
     if (kind != kUnwatched) watch = std::make_unique<sentinel::Watchdog>(rig.model.ptr(), sentinel::Options().output(out));
     bench::PhaseClock clock(state);
     auto step = [&](bool timed) {
-      if (timed) clock.start();
-      rig.optimizer->zero_grad();
-      std::unique_ptr<sentinel::BatchGuard> batch;
-      if (watch) batch = std::make_unique<sentinel::BatchGuard>(watch->batch());
-      auto loss = rig.loss();
-      if (timed) clock.mark("forward");
-      if (watch) {
-        watch->backward(loss);
-      } else {
-        loss.backward();
-      }
-      if (timed) clock.mark("backward");
-      if (batch) batch->finish();
-      if (timed) clock.mark("batch_end");
-      rig.optimizer->step();
-      if (timed) clock.mark("optimizer");
+      bench::phased_step(rig, watch.get(), timed ? &clock : nullptr);
       torch::cuda::synchronize();
       if (timed) clock.mark("gpu_wait");
     };

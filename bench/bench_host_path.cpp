@@ -116,24 +116,7 @@ void BM_Gpt2HostPhases(benchmark::State& state) {
     std::unique_ptr<sentinel::Watchdog> watch;
     if (watched) watch = std::make_unique<sentinel::Watchdog>(rig.model.ptr(), sentinel::Options().output(out));
     bench::PhaseClock clock(state);
-    for (auto _ : state) {
-      clock.start();
-      rig.optimizer->zero_grad();
-      std::unique_ptr<sentinel::BatchGuard> batch;
-      if (watch) batch = std::make_unique<sentinel::BatchGuard>(watch->batch());
-      auto loss = rig.loss();
-      clock.mark("forward");
-      if (watch) {
-        watch->backward(loss);
-      } else {
-        loss.backward();
-      }
-      clock.mark("backward");
-      if (batch) batch->finish();
-      clock.mark("batch_end");
-      rig.optimizer->step();
-      clock.mark("optimizer");
-    }
+    for (auto _ : state) bench::phased_step(rig, watch.get(), &clock);
     clock.report();
   }
   sentinel::device::set_device_factory_for_testing(nullptr);

@@ -88,10 +88,6 @@ struct LaneScan {
     min_bits = lane_min(min_bits, lo);
     return true;
   }
-  SENTINEL_HOST_DEVICE bool fold(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
-    uint32_t hi, lo;
-    return fold(w0, w1, w2, w3, hi, lo);
-  }
 
   // The largest and the smallest of a word's lanes.
   SENTINEL_HOST_DEVICE static uint32_t widest(uint32_t bits) {

@@ -102,6 +102,12 @@ class Watchdog {
   // on real tensors while it traces (constants it folds, example values) are not the model's and
   // make no frame. The Python module follows dynamo's compile-start and compile-end callbacks.
   void set_compiler_running(bool running);
+  // Every module's forward runs inside its module scope (the Python module's hooks scope each
+  // one): an op then belongs to the innermost module running, whichever module's parameters it
+  // reads (`F.linear(x, self.proj.weight)` is the caller's op, its entry named "proj.weight"). By
+  // default a C++ model's ops that read a parameter belong to the module holding it, since its
+  // children's forwards may run unscoped.
+  void set_every_forward_scoped(bool scoped);
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.

@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from . import _amp, _build_info, _compiled, _optimizer
+from . import _amp, _build_info, _compiled, _optimizer, _steps
 from ._hooks import first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
 
 
@@ -41,7 +41,7 @@ from ._errors import AbortAfterBatch, Fp8AlarmError, NonFiniteError, RanksMissin
 from ._report import Entry, Frame, Record, Report
 
 __version__ = _native.__version__
-__all__ = ["DebugUnderflowOverflow", "Watch", "watch", "Report", "Frame", "Entry", "SentinelError",
+__all__ = ["DebugUnderflowOverflow", "Watch", "watch", "watch_steps", "Report", "Frame", "Entry", "SentinelError",
            "NonFiniteError", "Fp8AlarmError", "RanksMissingError", "AbortAfterBatch", "option_names"]
 
 
@@ -436,3 +436,11 @@ class DebugUnderflowOverflow(Watch):
 def watch(model, **options):
     """`with overflow_sentinel.watch(model, **options) as w:` ... the watchdog goes at the end."""
     return Watch(model, **options)
+
+
+def watch_steps(model, optimizer, **options):
+    """Watches a training loop's `model` step by step: an optimizer step (its micro-batches'
+    forwards and backwards, then `optimizer.step()`) is one batch; what it found is raised from
+    `optimizer.step()` before the optimizer writes, where every rank (DDP, FSDP2) is past the
+    gradients' collective, and what the optimizer made, after it. Returns the watchdog."""
+    return _steps.watch_steps(DebugUnderflowOverflow(model, **options), model, optimizer)

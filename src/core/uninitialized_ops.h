@@ -33,5 +33,27 @@ inline bool overwrites_self(const char* op_name) {
   return capture::is_aten_op_in(op_name, kOps);
 }
 
+// Ops whose results alias an argument (`Tensor(a)`) and always share its memory: a view repeats
+// its argument's values, so it makes no frame. Other alias-annotated ops (aten::to, reshape,
+// flatten, contiguous, _autocast_to_reduced_precision, an extension's) return new memory when
+// they must (a dtype change, a non-contiguous input): decided per call, from the storages the call
+// returned (Watchdog::Impl::settle_copy_or_view).
+inline bool always_a_view(const char* op_name) {
+  static const char* const kOps[] = {
+      "aten::view",         "aten::view_as",       "aten::_reshape_alias", "aten::t",           "aten::transpose",
+      "aten::permute",      "aten::expand",        "aten::expand_as",      "aten::select",      "aten::slice",
+      "aten::narrow",       "aten::unsqueeze",     "aten::squeeze",        "aten::as_strided",  "aten::diagonal",
+      "aten::linalg_diagonal", "aten::unbind",     "aten::split",          "aten::split_with_sizes", "aten::chunk",
+      "aten::tensor_split", "aten::hsplit",        "aten::vsplit",         "aten::dsplit",      "aten::unfold",
+      "aten::unflatten",    "aten::movedim",       "aten::moveaxis",       "aten::swapaxes",    "aten::swapdims",
+      "aten::mT",           "aten::mH",            "aten::adjoint",        "aten::matrix_H",    "aten::numpy_T",
+      "aten::real",         "aten::imag",          "aten::view_as_real",   "aten::view_as_complex", "aten::conj",
+      "aten::_conj",        "aten::_neg_view",     "aten::alias",          "aten::detach",      "aten::broadcast_to",
+      "aten::positive",     "aten::align_to",      "aten::refine_names",   "aten::rename",      "aten::lift_fresh",
+      "aten::_indices",     "aten::_values",       "aten::indices",        "aten::values",      "aten::crow_indices",
+      "aten::col_indices",  "aten::ccol_indices",  "aten::row_indices",    "aten::_fw_primal",  "aten::_make_dual"};
+  return capture::is_aten_op_in(op_name, kOps);
+}
+
 }  // namespace core
 }  // namespace sentinel

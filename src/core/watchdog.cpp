@@ -122,6 +122,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   compiled_backward_nodes = 0;  // (one whose backward threw never ended)
   core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
+  uninitialized.prune();  // (memory freed since is forgotten)
   delivery.policy().begin_batch();
   backward_in_batch = false;
   gradients_checked_in_batch = false;

@@ -116,6 +116,11 @@ void Watchdog::set_inside_compiled_code(bool inside) {
   impl_->forget_reads();
 }
 
+void Watchdog::set_every_forward_scoped(bool scoped) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->every_forward_scoped = scoped;
+}
+
 void Watchdog::Impl::forget_reads() {
   readers.cpu.cache().clear();
   readers.device.reads().clear();

@@ -65,7 +65,10 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
       all_views = all_views && alias != nullptr && !alias->isWrite();
     }
     info.collective = core::writes_asynchronously(fn.name());
-    info.skip = (opts.skip_view_ops() && all_views) || core::returns_uninitialized(fn.name()) || info.collective;
+    const bool views_by_schema = opts.skip_view_ops() && all_views;
+    info.may_copy = views_by_schema && !core::always_a_view(fn.name());
+    info.uninitialized_results = core::returns_uninitialized(fn.name());
+    info.skip = (views_by_schema && !info.may_copy) || info.collective;
     info.num_args = static_cast<int>(schema->arguments().size());
     info.num_returns = static_cast<int>(returns.size());
     info.tensor_args = 0;
@@ -73,6 +76,7 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
     for (size_t i = 0; i < args.size() && i < 64; ++i) {
       if (is_tensor_type(args[i].type())) info.tensor_args |= (1ull << i);
       if (args[i].is_out()) info.overwritten_args |= (1ull << i);
+      if (args[i].is_out() || (args[i].alias_info() && args[i].alias_info()->isWrite())) info.written_args |= (1ull << i);
     }
     if (core::overwrites_self(fn.name())) info.overwritten_args |= 1;
     bool writes_an_argument = info.overwritten_args != 0;
@@ -115,7 +119,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
     const bool read_as_operand = gemm.probe || gemm.collect;
     EntryRecord e = read_entry(f, t, role, position, -1, opts.headroom() && !read_as_operand,
                                read_as_operand ? &gemm : nullptr);
-    if (param) e.param_name = param->name;
+    if (param) e.param_name = parameter_label(*param, f.module_place);
     else e.path = storage_name(t);
     e.program_constant = t.defined() && t.unsafeGetTensorImpl()->is_wrapped_number();
     f.add(e);
@@ -130,7 +134,7 @@ void Watchdog::Impl::add_input(FrameRecord& f, const c10::IValue& v, int positio
       const at::Tensor t = list.get(j);
       const core::ParamRef* p = t.defined() ? index->find_param(t) : nullptr;
       EntryRecord e = read_entry(f, t, p ? Role::Param : Role::Input, position, static_cast<int>(j), opts.headroom());
-      if (p) e.param_name = p->name;
+      if (p) e.param_name = parameter_label(*p, f.module_place);
       else e.path = storage_name(t);
       f.add(e);
     }
@@ -166,6 +170,65 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
     } else {
       f.add(plain_entry(EntryState::NotATensor, Role::Output, index, -1));
     }
+  }
+}
+
+const core::ParamRef* Watchdog::Impl::find_params(c10::ArrayRef<c10::IValue> inputs, capture::ThreadState& ts,
+                                                  c10::SmallVectorImpl<const core::ParamRef*>& params) {
+  params.assign(inputs.size(), nullptr);
+  const core::ParamRef* owner = nullptr;
+  size_t owner_arg = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].isTensor() && inputs[i].toTensor().defined()) params[i] = index->find_param(inputs[i].toTensor());
+    if (!owner && params[i]) {
+      owner = params[i];
+      owner_arg = i;
+    }
+  }
+  if (owner && owner->shared) {
+    // Tied weights: the op belongs to the innermost running module that holds the parameter.
+    for (size_t s = ts.scopes.size(); s-- > 0;) {
+      const auto place = ts.scopes[s].module ? index->module_place(ts.scopes[s].module) : std::nullopt;
+      const core::ParamRef* held = place ? index->holder_at(inputs[owner_arg].toTensor(), *place) : nullptr;
+      if (held) {
+        owner = params[owner_arg] = held;
+        break;
+      }
+    }
+  }
+  return owner;
+}
+
+uint32_t Watchdog::Impl::parameter_label(const core::ParamRef& p, uint32_t place) {
+  if (p.place == place) return p.name;
+  // By the name a report's reader finds it under: its path from the running module when inside
+  // it, else its whole path.
+  const std::string& holder = places.path(p.place);
+  const std::string& running = places.path(place);
+  const bool inside = !running.empty() && holder.size() > running.size() &&
+                      holder.compare(0, running.size(), running) == 0 && holder[running.size()] == '.';
+  const std::string module = inside ? holder.substr(running.size() + 1) : holder;
+  return module.empty() ? p.name : strings.intern(module + "." + strings.at(p.name));
+}
+
+void Watchdog::Impl::add_arguments(FrameRecord& f, c10::ArrayRef<c10::IValue> inputs, const OpInfo& info,
+                                   c10::ArrayRef<const core::ParamRef*> params, uint32_t fp8_operands,
+                                   uint32_t gemm_operands, uint32_t factors) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
+      frames::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
+      core::set_readability(e, inputs[i].toTensor(), stats::Readability::Overwritten);
+      e.storage = core::storage_key(inputs[i].toTensor());
+      if (params[i]) e.param_name = parameter_label(*params[i], f.module_place);
+      f.add(e);
+      continue;
+    }
+    if (i < 32 && ((factors >> i) & 1)) {
+      defer_factor(f, inputs[i].toTensor(), static_cast<int>(i), params[i]);
+      continue;
+    }
+    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
+              i < 32 && ((gemm_operands >> i) & 1), params[i]);
   }
 }
 
@@ -207,7 +270,18 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   const OpInfo& info = op_info(fn, name_id);
   // A collective's writes bump no version counter: every read kept so far may be of a tensor it
   // is about to overwrite.
-  if (info.collective) forget_reads();
+  if (info.collective) {
+    forget_reads();
+    note_collective_writes(own_arguments(fn, info));
+  }
+  if (info.uninitialized_results) {
+    f.op = info.display_name;  // (the end notes its results and makes no frame)
+    f.op_key = name_id;
+    f.batch_number = batches.current();
+    f.recomputed = recomputed;
+    f.undecided = FrameRecord::Undecided::UninitializedResults;
+    return true;
+  }
   if (info.skip) {
     // No frame for a view, but its backward node (TBackward0 of weight.t()) should still name
     // the module whose parameter it views.
@@ -235,28 +309,12 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   f.writes_arguments = info.writes;
   f.direction = static_cast<uint8_t>(Direction::Forward);
   const auto inputs = own_arguments(fn, info);
-  // Each input's parameter, looked up once; the first one names the module (C++ frontend).
-  c10::SmallVector<const core::ParamRef*, 8> params(inputs.size(), nullptr);
-  const core::ParamRef* owner = nullptr;
-  size_t owner_arg = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].isTensor() && inputs[i].toTensor().defined()) params[i] = index->find_param(inputs[i].toTensor());
-    if (!owner && params[i]) {
-      owner = params[i];
-      owner_arg = i;
-    }
-  }
-  if (owner && owner->shared) {
-    // Tied weights: the op belongs to the innermost running module that holds the parameter.
-    for (size_t s = ts.scopes.size(); s-- > 0;) {
-      const auto place = ts.scopes[s].module ? index->module_place(ts.scopes[s].module) : std::nullopt;
-      const core::ParamRef* held = place ? index->holder_at(inputs[owner_arg].toTensor(), *place) : nullptr;
-      if (held) {
-        owner = params[owner_arg] = held;
-        break;
-      }
-    }
-  }
+  c10::SmallVector<const core::ParamRef*, 8> params;
+  const core::ParamRef* owner = find_params(inputs, ts, params);
+  // Where every module's forward is scoped (Python), the running module owns the op, whichever
+  // module's parameter it reads: a child's forward that ran would be the innermost scope. Not in
+  // compiled code, whose graph inlines its children's forwards (their hooks never run).
+  const bool running_module_owns = every_forward_scoped && !ts.scopes.empty() && !inside_compiled_code;
 
   // Whether the op is placed inside a module whose forward is seen: a TorchScript forward, an op
   // inside a module's scope (the Python module's hooks, sentinel::scope). The rest (the training
@@ -269,15 +327,24 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     f.place = f.module_place = index->place_for_hierarchy(hierarchy);
     f.in_model = !hierarchy.empty();
     f.attribution = static_cast<uint8_t>(hierarchy.size() > 1 ? Attribution::ModuleHierarchy : Attribution::ModelRoot);
-  } else if (owner) {
+  } else if (owner && !running_module_owns) {
     f.place = f.module_place = owner->place;
     f.attribution = static_cast<uint8_t>(Attribution::Parameter);
   } else if (!ts.scopes.empty()) {
     f.place = scope_place(ts, f.module_place);
-    f.attribution = static_cast<uint8_t>(Attribution::UserScope);
+    const bool own_parameter = owner && owner->place == f.module_place;
+    f.attribution = static_cast<uint8_t>(own_parameter ? Attribution::Parameter : Attribution::UserScope);
   } else {
     f.place = f.module_place = index->root_place();
     f.attribution = static_cast<uint8_t>(Attribution::ModelRoot);
+  }
+  // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
+  if (fn.seq_nr() >= 0) forward_ops[fn.seq_nr()] = ForwardOp{f.place, f.op, f.attribution};
+  if (info.may_copy) {
+    // Whether this call copies is known at its end, where its arguments are read if it did.
+    f.undecided = FrameRecord::Undecided::CopyOrView;
+    ts.ending_op.inputs.assign(inputs.begin(), inputs.end());
+    return true;
   }
   // A recomputed GEMM's operands were probed when the forward first ran.
   const uint32_t gemm_operands = observers.want_operands() && !recomputed ? gemm_mask(f.op) : 0;
@@ -290,22 +357,7 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     ~ReadingBeside() { reader.set_active(false); }
   } reading_beside_until_here{readers.beside};
   const uint32_t factors = factors_to_defer(f, inputs, gemm_operands);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensor()) {
-      frames::EntryRecord e = core::make_entry(params[i] ? Role::Param : Role::Input, static_cast<int>(i), -1);
-      core::set_readability(e, inputs[i].toTensor(), stats::Readability::Overwritten);
-      e.storage = core::storage_key(inputs[i].toTensor());
-      if (params[i]) e.param_name = params[i]->name;
-      f.add(e);
-      continue;
-    }
-    if (i < 32 && ((factors >> i) & 1)) {
-      defer_factor(f, inputs[i].toTensor(), static_cast<int>(i), params[i]);
-      continue;
-    }
-    add_input(f, inputs[i], static_cast<int>(i), i < 64 && ((info.tensor_args >> i) & 1), i < 32 && ((fp8_operands >> i) & 1),
-              i < 32 && ((gemm_operands >> i) & 1), params[i]);
-  }
+  add_arguments(f, inputs, info, params, fp8_operands, gemm_operands, factors);
   readers.beside.set_active(false);
   readers.beside.start(f);
 
@@ -315,9 +367,6 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     held.insert(held.end(), inputs.begin(), inputs.end());
   }
   if (info.written_unreturned != 0) note_written_versions(inputs, info, ts.ending_op.written_versions);
-
-  // Ops recorded by autograd carry a sequence number; their backward nodes carry the same one.
-  if (fn.seq_nr() >= 0) forward_ops[fn.seq_nr()] = ForwardOp{f.place, f.op, f.attribution};
   return true;
 }
 
@@ -332,6 +381,14 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
   const int num_returns = f.op_key < op_infos.size() ? op_infos[f.op_key].num_returns : -1;
   if (num_returns >= 0 && outputs.size() > static_cast<size_t>(num_returns)) {
     outputs = outputs.slice(outputs.size() - num_returns);
+  }
+  if (f.undecided == FrameRecord::Undecided::UninitializedResults) {
+    note_uninitialized(outputs);
+    return;
+  }
+  if (f.undecided == FrameRecord::Undecided::CopyOrView && !settle_copy_or_view(f, outputs, ts)) return;
+  if (f.op_key < op_infos.size() && !uninitialized.empty()) {
+    note_written_memory(op_infos[f.op_key], outputs, ts.ending_op.inputs);
   }
   add_outputs(f, outputs, any_tensor);
   if (f.op_key < op_infos.size() && op_infos[f.op_key].written_unreturned != 0) {
@@ -365,63 +422,6 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
   }
   finish_frame(f, lock);
   ending.frame = nullptr;
-}
-
-void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs,
-                                    std::unique_lock<std::mutex>& lock) {
-  if (!place_rule || !place_rule->holds_any() || delivery.stopped() || !batches.open() ||
-      batches.is_traced(batches.current())) {
-    return;
-  }
-  // Only the outputs holding a tolerated value are read: reading every module's outputs would
-  // double the cost of watching.
-  std::vector<size_t> worth;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (place_rule->holds_tolerated(core::storage_key(outputs[i]), module_place)) worth.push_back(i);
-  }
-  if (worth.empty()) return;
-  c10::InferenceMode no_autograd;
-  FrameRecord f = boundary_frame(module_place, BoundaryFrame::Returned);
-  for (size_t i : worth) {
-    f.add(read_entry(f, outputs[i], Role::Output, outputs.size() == 1 ? -1 : static_cast<int>(i), -1, false));
-  }
-  finish_frame(f, lock);
-}
-
-FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, BoundaryFrame kind) {
-  static constexpr const char* kOps[] = {"call", "return", "compiled call"};
-  FrameRecord f;
-  f.reset();
-  f.batch_number = batches.current();
-  f.op = f.op_key = strings.intern(kOps[static_cast<int>(kind)]);
-  f.direction = static_cast<uint8_t>(Direction::Forward);
-  f.place = f.module_place = module_place;
-  f.attribution = static_cast<uint8_t>(Attribution::UserScope);
-  f.in_model = true;
-  f.is_return = kind == BoundaryFrame::Returned;
-  return f;
-}
-
-void Watchdog::Impl::record_boundary(uint32_t module_place, BoundaryFrame kind,
-                                     const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                                     std::unique_lock<std::mutex>& lock) {
-  if (delivery.stopped() || !batches.open()) return;
-  c10::InferenceMode no_autograd;
-  const bool handed = kind == BoundaryFrame::Handed;
-  const Role role = handed ? Role::Input : Role::Output;
-  // A cache of many layers fills several frames, in order.
-  const size_t per_frame = handed ? FrameRecord::kMaxInputEntries : FrameRecord::kMaxEntries;
-  for (size_t start = 0; start < tensors.size(); start += per_frame) {
-    FrameRecord f = boundary_frame(module_place, kind);
-    const size_t end = std::min(tensors.size(), start + per_frame);
-    for (size_t i = start; i < end; ++i) {
-      EntryRecord e = read_entry(f, tensors[i].second, role, -1, -1, opts.headroom());
-      e.path = strings.intern(tensors[i].first);
-      f.add(e);
-    }
-    finish_frame(f, lock);
-    if (delivery.stopped()) return;
-  }
 }
 
 std::string Watchdog::Impl::dump_tripping_op(const FrameRecord& f, int64_t batch) {

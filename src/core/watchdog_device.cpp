@@ -15,6 +15,15 @@ using frames::Role;
 EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
                                        bool headroom, const GemmOperand* gemm, bool reuse_reads) {
   core::testing::maybe_fail_read();
+  if (!uninitialized.empty()) {
+    // Memory that holds no values yet: its bits are not the model's numbers.
+    if (const auto why = uninitialized.unreadable(t)) {
+      EntryRecord e = core::make_entry(role, index, sub);
+      core::set_readability(e, t, *why);
+      e.storage = core::storage_key(t);
+      return e;
+    }
+  }
   const core::ReadRequest request{role, index, sub, headroom, gemm, reuse_reads && reads_reusable()};
   EntryRecord e = readers.pick(f, t, request).read(f, t, request);
   e.storage = core::storage_key(t);

@@ -59,7 +59,7 @@ void Watchdog::Impl::defer_factor(FrameRecord& f, const at::Tensor& t, int posit
   EntryRecord e = core::make_entry(param ? Role::Param : Role::Input, position, -1);
   core::set_readability(e, t, stats::Readability::FactorOfFiniteProduct);
   e.storage = core::storage_key(t);
-  if (param) e.param_name = param->name;
+  if (param) e.param_name = parameter_label(*param, f.module_place);
   else e.path = storage_name(t);
   f.add(e);
   f.factors_deferred = true;

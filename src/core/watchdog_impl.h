@@ -21,6 +21,7 @@
 #include "core/model_index.h"
 #include "core/place_rule.h"
 #include "core/rank_glue.h"
+#include "core/uninitialized_memory.h"
 #include "core/step_observers.h"
 #include "frames/batch_state.h"
 #include "frames/frame_ring.h"
@@ -30,6 +31,7 @@
 
 #include <c10/core/StorageImpl.h>
 #include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 #include <c10/util/intrusive_ptr.h>
 
 namespace c10 {
@@ -42,6 +44,11 @@ struct OpInfo {
   bool known = false;
   uint32_t display_name = 0;  // "aten::mul", as profilers show it (the cache key adds the overload)
   bool skip = false;            // a view: its output repeats its input's values
+  // Its results alias its arguments by the schema, yet may be new memory (aten::to, reshape,
+  // contiguous): a frame only when the call returned memory none of its arguments held.
+  bool may_copy = false;
+  bool uninitialized_results = false;  // the empty family: no frame, its results tracked as unwritten
+  uint64_t written_args = 0;  // bit i: the schema says argument i is written (`Tensor(a!)`, out=)
   uint64_t tensor_args = ~0ull; // bit i: argument i is a Tensor, Tensor? or Tensor[]
   uint64_t overwritten_args = 0; // bit i: argument i is written without its old values being read
   // From the schema (-1: unknown). Boxed calls (the TorchScript interpreter) hand RecordFunction
@@ -185,6 +192,12 @@ struct Watchdog::Impl final : capture::Session {
   // there without a version count (a fused optimizer, batch norm's running statistics).
   void forget_reads_of(const std::vector<at::Tensor>& written);
   bool compiler_running = false;      // set_compiler_running: ops make no frame
+  // Watchdog::set_every_forward_scoped: each module's forward runs inside its scope (the Python
+  // module's hooks), so an op belongs to the innermost module running, whichever module's
+  // parameters it reads (F.linear(x, self.proj.weight) is its caller's op).
+  bool every_forward_scoped = false;
+  // Memory the empty family made that nothing has written yet: its reads are labelled, not judged.
+  core::UninitializedMemory uninitialized;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of
@@ -206,6 +219,27 @@ struct Watchdog::Impl final : capture::Session {
   void add_input(frames::FrameRecord& f, const c10::IValue& v, int position, bool tensor_arg, bool probe_fp8,
                  bool gemm_operand, const core::ParamRef* param);
   void add_outputs(frames::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, bool& any_tensor);
+  // The op's arguments as entries (parameters named, destinations it overwrites unread, factors
+  // deferred, GEMM operands probed by the masks' bits).
+  void add_arguments(frames::FrameRecord& f, c10::ArrayRef<c10::IValue> inputs, const OpInfo& info,
+                     c10::ArrayRef<const core::ParamRef*> params, uint32_t fp8_operands, uint32_t gemm_operands,
+                     uint32_t factors);
+  // Each argument's parameter (nullptr: none), looked up once; returns the one naming the op's
+  // module by parameter (the first, or for tied weights the running module's), nullptr if none.
+  const core::ParamRef* find_params(c10::ArrayRef<c10::IValue> inputs, capture::ThreadState& ts,
+                                    c10::SmallVectorImpl<const core::ParamRef*>& params);
+  // A parameter entry of an op placed in `place` whose parameter another module holds: named by
+  // its path from `place` ("proj.weight"), or in full outside it.
+  uint32_t parameter_label(const core::ParamRef& p, uint32_t place);
+  // src/core/watchdog_copies.cpp. At the end of an OpInfo::may_copy call: false when every result
+  // lies in an argument's memory (a view: no frame); otherwise its arguments are read now.
+  bool settle_copy_or_view(frames::FrameRecord& f, c10::ArrayRef<c10::IValue> outputs, capture::ThreadState& ts);
+  // The results of an op of the empty family, tracked as unwritten.
+  void note_uninitialized(c10::ArrayRef<c10::IValue> outputs);
+  // Before an op's results are read: what it wrote of memory that held no values.
+  void note_written_memory(const OpInfo& info, c10::ArrayRef<c10::IValue> outputs, const std::vector<c10::IValue>& held);
+  // A collective writes every tensor it is handed.
+  void note_collective_writes(c10::ArrayRef<c10::IValue> inputs);
   // The arguments of OpInfo::written_unreturned, held since the op's start, read as results
   // (src/core/written_arguments.cpp).
   void add_written_arguments(frames::FrameRecord& f, const std::vector<c10::IValue>& inputs, const OpInfo& info,

@@ -76,12 +76,7 @@ void running_statistics_written(const c10::FunctionSchema& schema, uint64_t* wri
 uint32_t Watchdog::Impl::written_label(const at::Tensor& t, const core::ParamRef* param, const FrameRecord& f,
                                        const OpInfo& info, size_t position, int sub) {
   if (const uint32_t named = storage_name(t)) return named;  // an optimizer's state: "0.weight.exp_avg_sq"
-  if (param) {
-    // By the name a report's reader finds it under: relative to the frame's module, as inputs are.
-    if (param->place == f.place) return param->name;
-    const std::string module = places.path(param->place);
-    return module.empty() ? param->name : strings.intern(module + "." + strings.at(param->name));
-  }
+  if (param) return parameter_label(*param, f.place);
   const std::string& argument = strings.at(info.argument_names.at(position));
   return strings.intern(sub >= 0 ? fmt::format("{}[{}]", argument, sub) : argument);
 }

@@ -67,6 +67,10 @@ struct FrameRecord {
   bool writes_arguments = false;
   // Some arguments were left unread until the op's result is known (Readability::FactorOfFiniteProduct).
   bool factors_deferred = false;
+  // What the op's end decides before this is a frame (Watchdog::Impl::op_end): whether an
+  // alias-annotated call copied, or which memory an op of the empty family made.
+  enum class Undecided : uint8_t { No, CopyOrView, UninitializedResults };
+  Undecided undecided = Undecided::No;
   // Whether the device's stream was capturing a CUDA graph when this frame first read there (-1:
   // not asked yet): asked once per frame, not once per tensor (a runtime call each).
   int8_t device_capturing = -1;
@@ -101,6 +105,7 @@ struct FrameRecord {
     recomputed = false;
     writes_arguments = false;
     factors_deferred = false;
+    undecided = Undecided::No;
     device_capturing = -1;
     outputs_seen = 0;
     entry_count = 0;

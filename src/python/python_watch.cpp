@@ -85,6 +85,7 @@ PythonWatch::PythonWatch(py::handle model, const py::dict& kwargs, py::object co
   MirrorBuild build{{}, mirrors_, python_modules_};
   auto root = mirror_of(model, build);
   watchdog_ = std::make_unique<Watchdog>(root, std::move(options));
+  watchdog_->set_every_forward_scoped(true);  // each module's hooks scope its forward
 }
 
 PythonWatch::~PythonWatch() {

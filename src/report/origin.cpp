@@ -1,5 +1,7 @@
 #include "report/origin.h"
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "stats/tensor_stats.h"
@@ -34,6 +36,63 @@ std::string where(const Frame& f) {
            " in " + place + ")";
   }
   return f.op + " in " + place;
+}
+
+// The largest finite value of a floating dtype as reports name it; 0 for others.
+double largest_finite(const std::string& dtype) {
+  static const struct {
+    const char* name;
+    double max;
+  } kTypes[] = {{"float16", 65504.0},           {"bfloat16", 3.3895313892515355e38}, {"float32", 3.4028234663852886e38},
+                {"Float8_e4m3fn", 448.0},        {"Float8_e5m2", 57344.0},            {"Float8_e4m3fnuz", 240.0},
+                {"Float8_e5m2fnuz", 57344.0}};
+  for (const auto& t : kTypes) {
+    if (dtype == t.name) return t.max;
+  }
+  return 0.0;
+}
+
+bool is_conversion(const std::string& op) {
+  static const char* const kOps[] = {"aten::to", "aten::_to_copy", "aten::type_as", "aten::_autocast_to_reduced_precision",
+                                     "aten::_autocast_to_full_precision", "aten::copy_"};
+  for (const char* name : kOps) {
+    if (op == name) return true;
+  }
+  return false;
+}
+
+const Entry* first_tensor(const Frame& f, bool output) {
+  for (const auto& e : f.entries) {
+    if (e.kind == EntryKind::Tensor && made_by_op(e) == output && e.role != EntryRole::Parameter) return &e;
+  }
+  return nullptr;
+}
+
+// For an op that made the first inf/nan from finite values by narrowing them: a conversion says
+// its two dtypes and how many values exceeded the target's range (each one inf, or NaN in a
+// format without inf); an op whose result is narrower than an argument (autocast runs a linear
+// in float16, casting its float32 input inside) names the argument that did not fit.
+std::string narrowing_note(const Frame& f) {
+  const Entry* out = first_tensor(f, true);
+  if (!out || out->stats.finite()) return "";
+  const double limit = largest_finite(out->dtype);
+  if (limit == 0.0) return "";
+  if (is_conversion(f.op)) {
+    const Entry* in = first_tensor(f, false);
+    if (!in || in->dtype == out->dtype || in->stats.count != out->stats.count) return "";
+    const int64_t overflowed = out->stats.nonfinite() - in->stats.nonfinite();
+    if (overflowed <= 0) return "";
+    return fmt::format("; a conversion {} → {}: {} value{} above {:g}, {}'s largest", in->dtype, out->dtype, overflowed,
+                       overflowed == 1 ? "" : "s", limit, out->dtype);
+  }
+  for (const auto& e : f.entries) {
+    if (e.kind != EntryKind::Tensor || made_by_op(e) || e.dtype == out->dtype || !e.stats.finite()) continue;
+    if (largest_finite(e.dtype) <= limit || e.stats.abs_max <= limit) continue;
+    return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in (autocast "
+                       "casts its arguments to it)",
+                       e.label, e.dtype, e.stats.abs_max, out->dtype);
+  }
+  return "";
 }
 
 // The latest fused TorchScript group (Options::keep_torchscript_fusion) before the trigger in its
@@ -74,7 +133,8 @@ void describe_origin(Report& report) {
     report.produced_here = false;
     report.origin = "origin: " + where(m) + " produced the first inf/nan" +
                     (outputs.empty() ? std::string() : " (in " + outputs + ")") +
-                    (m.inputs_finite ? ": all its inputs and parameters were finite" : "") + "; tolerated inside " +
+                    (m.inputs_finite ? ": all its inputs and parameters were finite" + narrowing_note(m) : "") +
+                    "; tolerated inside " +
                     module_of(m) + " until " + escape_text(report.escape, t);
     return;
   }
@@ -83,7 +143,7 @@ void describe_origin(Report& report) {
     const std::string outputs = join_labels(t, true);
     report.origin = "origin: " + where(t) + " produced the first inf/nan" +
                     (outputs.empty() ? std::string(" (in an output not shown)") : " (in " + outputs + ")") +
-                    ": all its inputs and parameters were finite";
+                    ": all its inputs and parameters were finite" + narrowing_note(t);
     if (report.escape == Escape::Written) report.origin += ", and wrote it into a tensor its module did not make";
     return;
   }

@@ -284,6 +284,8 @@ const char* describe(Readability r) {
     case Readability::NoData: return "no data";
     case Readability::InsideFusedKernel: return "inside a fused kernel: not read";
     case Readability::FactorOfFiniteProduct: return "not read: its product is finite";
+    case Readability::Uninitialized: return "uninitialized: not read";
+    case Readability::PartlyWritten: return "partly written: not read";
   }
   return "?";
 }

@@ -45,6 +45,12 @@ enum class Readability {
   // A factor of a matrix product inside compiled code, left unread because the product came out
   // finite (read after all when it did not): src/core/gemm_ops.h, factors_of_product.
   FactorOfFiniteProduct,
+  // Memory an op of the `empty` family made that nothing has written yet (core/uninitialized_memory.h):
+  // its bits mean nothing.
+  Uninitialized,
+  // Memory that was uninitialized and that an op returned without declaring a write (a custom op
+  // filling its rank's slice of a buffer): how much of it holds values is unknown.
+  PartlyWritten,
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

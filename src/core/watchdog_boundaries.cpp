@@ -1,0 +1,71 @@
+// Frames of module boundaries: what a module was handed or returned, what a compiled call made.
+#include <ATen/core/Tensor.h>
+#include <c10/core/InferenceMode.h>
+
+#include "core/entry_builder.h"
+#include "core/watchdog_impl.h"
+
+namespace sentinel {
+
+using frames::EntryRecord;
+using frames::FrameRecord;
+using frames::Role;
+
+void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at::Tensor>& outputs,
+                                    std::unique_lock<std::mutex>& lock) {
+  if (!place_rule || !place_rule->holds_any() || delivery.stopped() || !batches.open() ||
+      batches.is_traced(batches.current())) {
+    return;
+  }
+  // Only the outputs holding a tolerated value are read: reading every module's outputs would
+  // double the cost of watching.
+  std::vector<size_t> worth;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (place_rule->holds_tolerated(core::storage_key(outputs[i]), module_place)) worth.push_back(i);
+  }
+  if (worth.empty()) return;
+  c10::InferenceMode no_autograd;
+  FrameRecord f = boundary_frame(module_place, BoundaryFrame::Returned);
+  for (size_t i : worth) {
+    f.add(read_entry(f, outputs[i], Role::Output, outputs.size() == 1 ? -1 : static_cast<int>(i), -1, false));
+  }
+  finish_frame(f, lock);
+}
+
+FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, BoundaryFrame kind) {
+  static constexpr const char* kOps[] = {"call", "return", "compiled call"};
+  FrameRecord f;
+  f.reset();
+  f.batch_number = batches.current();
+  f.op = f.op_key = strings.intern(kOps[static_cast<int>(kind)]);
+  f.direction = static_cast<uint8_t>(Direction::Forward);
+  f.place = f.module_place = module_place;
+  f.attribution = static_cast<uint8_t>(Attribution::UserScope);
+  f.in_model = true;
+  f.is_return = kind == BoundaryFrame::Returned;
+  return f;
+}
+
+void Watchdog::Impl::record_boundary(uint32_t module_place, BoundaryFrame kind,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                     std::unique_lock<std::mutex>& lock) {
+  if (delivery.stopped() || !batches.open()) return;
+  c10::InferenceMode no_autograd;
+  const bool handed = kind == BoundaryFrame::Handed;
+  const Role role = handed ? Role::Input : Role::Output;
+  // A cache of many layers fills several frames, in order.
+  const size_t per_frame = handed ? FrameRecord::kMaxInputEntries : FrameRecord::kMaxEntries;
+  for (size_t start = 0; start < tensors.size(); start += per_frame) {
+    FrameRecord f = boundary_frame(module_place, kind);
+    const size_t end = std::min(tensors.size(), start + per_frame);
+    for (size_t i = start; i < end; ++i) {
+      EntryRecord e = read_entry(f, tensors[i].second, role, -1, -1, opts.headroom());
+      e.path = strings.intern(tensors[i].first);
+      f.add(e);
+    }
+    finish_frame(f, lock);
+    if (delivery.stopped()) return;
+  }
+}
+
+}  // namespace sentinel

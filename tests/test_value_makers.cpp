@@ -85,7 +85,7 @@ TEST(ValueMakers, AnOverflowingCastIsTheOriginWithItsDtypesAndCount) {
     const auto& r = e.report();
     EXPECT_EQ(r.trigger().op, "aten::to");
     EXPECT_TRUE(r.produced_here);
-    EXPECT_NE(r.origin.find("a conversion float32 → float16: " + std::to_string(overflowing) + " values above 65504"),
+    EXPECT_NE(r.origin.find("a conversion of input[0] float32 → float16: " + std::to_string(overflowing) + " values above 65504"),
               std::string::npos)
         << r.origin;
   }

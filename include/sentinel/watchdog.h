@@ -15,6 +15,7 @@
 #include <sentinel/report.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -108,6 +109,11 @@ class Watchdog {
   // default a C++ model's ops that read a parameter belong to the module holding it, since its
   // children's forwards may run unscoped.
   void set_every_forward_scoped(bool scoped);
+  // A tensor subclass whose elements are not in its own memory (a DTensor: the rank's shard is
+  // its local tensor) is read through `local`, which returns the tensor holding this rank's
+  // elements, or an undefined tensor when it knows none (the entry then says "tensor subclass:
+  // not read"). Without a reader such tensors are labelled, never read. The Python module sets one.
+  void set_local_tensor_reader(std::function<at::Tensor(const at::Tensor&)> local);
   // Options::headroom: the first frames that would overflow in fp16 / bf16, and counts.
   HeadroomSummary headroom() const;
   // Device (CUDA) reading so far: tensors, deferred frames, read-backs.

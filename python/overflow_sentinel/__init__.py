@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from . import _amp, _build_info, _compiled, _optimizer, _steps
+from . import _amp, _build_info, _compiled, _fsdp, _optimizer, _steps
 from ._hooks import first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
 
 
@@ -129,6 +129,10 @@ class Watch:
         self._handles = []
         # The hooks hold this object strongly when it lives as long as the model, else weakly.
         hold = (lambda target=self: target) if self._lives_with_model else me
+        # FSDP2: the unsharded parameters its forwards read, named as FSDP makes them (_fsdp.py).
+        self._unsharded = _fsdp.UnshardedParameters(model)
+        if self._unsharded.shards:
+            self._native.name_tensors(self._unsharded.shards)
         modules = self._native.take_modules()
         for index, module in enumerate(modules):
             try:

@@ -121,6 +121,11 @@ void Watchdog::set_every_forward_scoped(bool scoped) {
   impl_->every_forward_scoped = scoped;
 }
 
+void Watchdog::set_local_tensor_reader(std::function<at::Tensor(const at::Tensor&)> local) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->local_tensor_of = std::move(local);
+}
+
 void Watchdog::Impl::forget_reads() {
   readers.cpu.cache().clear();
   readers.device.reads().clear();

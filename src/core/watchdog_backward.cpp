@@ -75,7 +75,17 @@ void Watchdog::Impl::backward_op_end(const capture::OpCall& fn, FrameRecord& f, 
   std::lock_guard<std::mutex> lock(mutex);
   if (delivery.stopped()) return;
   c10::InferenceMode no_autograd;
-  if (core::returns_uninitialized(fn.name())) return;  // a buffer the node fills next
+  if (core::returns_uninitialized(fn.name())) {
+    note_uninitialized(fn.outputs());  // a buffer the node fills next
+    return;
+  }
+  if (core::writes_asynchronously(fn.name())) {
+    // A collective in the node (FSDP2's reduce-scatter of the gradients): what it returns is
+    // written after it returns, and holds values from then on.
+    note_collective_writes(fn.outputs());
+    forget_reads();
+    return;
+  }
   // What the node's own ops return is what it produces: the gradients it passes on.
   int next = f.outputs_seen;
   for (const auto& v : fn.outputs()) {

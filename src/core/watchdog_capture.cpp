@@ -223,6 +223,19 @@ void Watchdog::Impl::add_arguments(FrameRecord& f, c10::ArrayRef<c10::IValue> in
       f.add(e);
       continue;
     }
+    if (i < 64 && ((info.overwritten_args >> i) & 1) && inputs[i].isTensorList()) {
+      // An out= list (FSDP2's split_with_sizes_copy into the unsharded parameters): destinations.
+      const auto list = inputs[i].toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        const at::Tensor t = list.get(j);
+        frames::EntryRecord e = core::make_entry(Role::Input, static_cast<int>(i), static_cast<int>(j));
+        core::set_readability(e, t, stats::Readability::Overwritten);
+        e.storage = core::storage_key(t);
+        e.path = storage_name(t);
+        f.add(e);
+      }
+      continue;
+    }
     if (i < 32 && ((factors >> i) & 1)) {
       defer_factor(f, inputs[i].toTensor(), static_cast<int>(i), params[i]);
       continue;

@@ -15,6 +15,17 @@ using frames::Role;
 EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role role, int index, int sub,
                                        bool headroom, const GemmOperand* gemm, bool reuse_reads) {
   core::testing::maybe_fail_read();
+  if (t.defined() && t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python)) {
+    // A tensor subclass (a DTensor): its own memory is not its elements; its local tensor is.
+    const at::Tensor local = local_tensor_of ? local_tensor_of(t) : at::Tensor();
+    if (local.defined() && !local.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python)) {
+      return read_entry(f, local, role, index, sub, headroom, gemm, reuse_reads);
+    }
+    EntryRecord e = core::make_entry(role, index, sub);
+    core::set_readability(e, t, stats::Readability::TensorSubclass);
+    e.storage = core::storage_key(t);
+    return e;
+  }
   if (!uninitialized.empty()) {
     // Memory that holds no values yet: its bits are not the model's numbers.
     if (const auto why = uninitialized.unreadable(t)) {

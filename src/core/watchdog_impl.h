@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -196,6 +197,8 @@ struct Watchdog::Impl final : capture::Session {
   // module's hooks), so an op belongs to the innermost module running, whichever module's
   // parameters it reads (F.linear(x, self.proj.weight) is its caller's op).
   bool every_forward_scoped = false;
+  // Watchdog::set_local_tensor_reader: the local tensor of a tensor subclass (a DTensor's shard).
+  std::function<at::Tensor(const at::Tensor&)> local_tensor_of;
   // Memory the empty family made that nothing has written yet: its reads are labelled, not judged.
   core::UninitializedMemory uninitialized;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take

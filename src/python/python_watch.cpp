@@ -34,7 +34,8 @@ struct MirrorBuild {
 // first meets it.
 std::shared_ptr<torch::nn::Module> mirror_of(py::handle module, MirrorBuild& build) {
   if (auto it = build.made.find(module.ptr()); it != build.made.end()) return it->second;
-  const std::string cls = py::str(py::type::of(module).attr("__name__"));
+  // (the user's class: fully_shard's FSDP<Class> is named by <Class>)
+  const std::string cls = py::str(py::module_::import("overflow_sentinel._fsdp").attr("user_class_name")(module));
   auto node = std::make_shared<torch::nn::Module>(cls);
   build.made.emplace(module.ptr(), node);
   build.mirrors.push_back(node);
@@ -86,6 +87,22 @@ PythonWatch::PythonWatch(py::handle model, const py::dict& kwargs, py::object co
   auto root = mirror_of(model, build);
   watchdog_ = std::make_unique<Watchdog>(root, std::move(options));
   watchdog_->set_every_forward_scoped(true);  // each module's hooks scope its forward
+  watchdog_->set_local_tensor_reader(local_tensor_of);
+}
+
+at::Tensor PythonWatch::local_tensor_of(const at::Tensor& t) {
+  // A DTensor (FSDP2's parameters, their gradients and optimizer states) keeps this rank's shard
+  // as `_local_tensor`; other subclasses have no memory of their own to read.
+  if (!Py_IsInitialized()) return at::Tensor();
+  py::gil_scoped_acquire gil;
+  try {
+    py::object wrapped = py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+    if (!wrapped || !py::hasattr(wrapped, "_local_tensor")) return at::Tensor();
+    py::object local = wrapped.attr("_local_tensor");
+    return THPVariable_Check(local.ptr()) ? THPVariable_Unpack(local.ptr()) : at::Tensor();
+  } catch (const py::error_already_set&) {
+    return at::Tensor();  // (an attribute that raised: labelled, not read)
+  }
 }
 
 PythonWatch::~PythonWatch() {

@@ -85,6 +85,8 @@ class __attribute__((visibility("hidden"))) PythonWatch {
 
  private:
   Watchdog& live() const;
+  // Watchdog::set_local_tensor_reader: a DTensor's `_local_tensor` (taken under the GIL).
+  static at::Tensor local_tensor_of(const at::Tensor& t);
   template <typename Body>
   void without_gil(Body&& body);
   // The tensors in `value`, named from `root`, handed to read(watchdog, module i, them) without

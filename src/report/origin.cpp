@@ -53,46 +53,65 @@ double largest_finite(const std::string& dtype) {
 }
 
 bool is_conversion(const std::string& op) {
-  static const char* const kOps[] = {"aten::to", "aten::_to_copy", "aten::type_as", "aten::_autocast_to_reduced_precision",
-                                     "aten::_autocast_to_full_precision", "aten::copy_"};
+  static const char* const kOps[] = {"aten::to",
+                                     "aten::_to_copy",
+                                     "aten::type_as",
+                                     "aten::_autocast_to_reduced_precision",
+                                     "aten::_autocast_to_full_precision",
+                                     "aten::copy_",
+                                     "aten::_foreach_copy_"};
   for (const char* name : kOps) {
     if (op == name) return true;
   }
   return false;
 }
 
-const Entry* first_tensor(const Frame& f, bool output) {
-  for (const auto& e : f.entries) {
-    if (e.kind == EntryKind::Tensor && made_by_op(e) == output && e.role != EntryRole::Parameter) return &e;
-  }
-  return nullptr;
-}
-
 // For an op that made the first inf/nan from finite values by narrowing them: a conversion says
-// its two dtypes and how many values exceeded the target's range (each one inf, or NaN in a
-// format without inf); an op whose result is narrower than an argument (autocast runs a linear
-// in float16, casting its float32 input inside) names the argument that did not fit.
+// what it converted, the two dtypes and how many values exceeded the target's range (each one
+// inf, or NaN in a format without inf); an op whose result is narrower than an argument (autocast
+// runs a linear in float16, casting its float32 input inside) names the argument that did not fit.
 std::string narrowing_note(const Frame& f) {
-  const Entry* out = first_tensor(f, true);
-  if (!out || out->stats.finite()) return "";
-  const double limit = largest_finite(out->dtype);
-  if (limit == 0.0) return "";
-  if (is_conversion(f.op)) {
-    const Entry* in = first_tensor(f, false);
-    if (!in || in->dtype == out->dtype || in->stats.count != out->stats.count) return "";
-    const int64_t overflowed = out->stats.nonfinite() - in->stats.nonfinite();
-    if (overflowed <= 0) return "";
-    return fmt::format("; a conversion {} → {}: {} value{} above {:g}, {}'s largest", in->dtype, out->dtype, overflowed,
-                       overflowed == 1 ? "" : "s", limit, out->dtype);
+  const Entry* out = nullptr;
+  for (const auto& e : f.entries) {
+    if (e.kind == EntryKind::Tensor && made_by_op(e) && !e.stats.finite()) {
+      out = &e;
+      break;
+    }
   }
+  const double limit = out ? largest_finite(out->dtype) : 0.0;
+  if (limit == 0.0) return "";
+  // The argument whose finite values the result's dtype cannot hold: wider, and beyond its range.
+  const Entry* in = nullptr;
   for (const auto& e : f.entries) {
     if (e.kind != EntryKind::Tensor || made_by_op(e) || e.dtype == out->dtype || !e.stats.finite()) continue;
     if (largest_finite(e.dtype) <= limit || e.stats.abs_max <= limit) continue;
-    return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in (autocast "
-                       "casts its arguments to it)",
-                       e.label, e.dtype, e.stats.abs_max, out->dtype);
+    in = &e;
+    break;
   }
-  return "";
+  if (!in) return "";
+  if (is_conversion(f.op) && in->stats.count == out->stats.count) {
+    const int64_t overflowed = out->stats.nonfinite();
+    return fmt::format("; a conversion of {} {} → {}: {} value{} above {:g}, {}'s largest", in->label, in->dtype,
+                       out->dtype, overflowed, overflowed == 1 ? "" : "s", limit, out->dtype);
+  }
+  return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in (autocast "
+                     "casts its arguments to it)",
+                     in->label, in->dtype, in->stats.abs_max, out->dtype);
+}
+
+// What the op was handed but nothing read (memory that held no values yet, a tensor subclass):
+// "finite" then says nothing of it.
+std::string read_inputs_finite(const Frame& f) {
+  static const char* const kUnread[] = {"uninitialized: not read", "partly written: not read", "tensor subclass: not read"};
+  std::string unread;
+  for (const auto& e : f.entries) {
+    if (e.kind != EntryKind::Skipped || made_by_op(e)) continue;
+    for (const char* reason : kUnread) {
+      if (e.skip_reason == reason) unread += fmt::format("{}{} ({})", unread.empty() ? "" : ", ", e.label, reason);
+    }
+  }
+  return unread.empty() ? ": all its inputs and parameters were finite"
+                        : ": the inputs and parameters it read were finite; not read: " + unread;
 }
 
 // The latest fused TorchScript group (Options::keep_torchscript_fusion) before the trigger in its
@@ -133,7 +152,7 @@ void describe_origin(Report& report) {
     report.produced_here = false;
     report.origin = "origin: " + where(m) + " produced the first inf/nan" +
                     (outputs.empty() ? std::string() : " (in " + outputs + ")") +
-                    (m.inputs_finite ? ": all its inputs and parameters were finite" + narrowing_note(m) : "") +
+                    (m.inputs_finite ? read_inputs_finite(m) + narrowing_note(m) : "") +
                     "; tolerated inside " +
                     module_of(m) + " until " + escape_text(report.escape, t);
     return;
@@ -143,7 +162,7 @@ void describe_origin(Report& report) {
     const std::string outputs = join_labels(t, true);
     report.origin = "origin: " + where(t) + " produced the first inf/nan" +
                     (outputs.empty() ? std::string(" (in an output not shown)") : " (in " + outputs + ")") +
-                    ": all its inputs and parameters were finite" + narrowing_note(t);
+                    read_inputs_finite(t) + narrowing_note(t);
     if (report.escape == Escape::Written) report.origin += ", and wrote it into a tensor its module did not make";
     return;
   }

@@ -5,6 +5,7 @@
 #include <c10/util/Half.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -213,6 +214,7 @@ bool compute_headroom(const at::Tensor& t, HeadroomCounts& out) {
 Readability compute_readability(const at::Tensor& t) {
   if (!t.defined()) return Readability::Undefined;
   if (t.is_nested()) return Readability::Nested;
+  if (t.unsafeGetTensorImpl()->key_set().has(c10::DispatchKey::Python)) return Readability::TensorSubclass;
   if (t.is_sparse()) return Readability::Sparse;
   if (t.layout() != c10::kStrided) return Readability::OtherLayout;
   if (t.is_meta()) return Readability::Meta;
@@ -223,6 +225,12 @@ Readability compute_readability(const at::Tensor& t) {
   if (t.numel() == 0) return Readability::Empty;
   if (!t.has_storage()) return Readability::NoStorage;
   if (read_only_data(t) == nullptr) return Readability::NoData;
+  // Elements beyond the memory the storage holds (a wrapper tensor's empty storage) are not read.
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::abs(t.stride(d));
+  if (t.storage_offset() < 0 || static_cast<size_t>((last + 1) * t.element_size()) > t.storage().nbytes()) {
+    return Readability::NoData;
+  }
   return Readability::Read;
 }
 
@@ -286,6 +294,7 @@ const char* describe(Readability r) {
     case Readability::FactorOfFiniteProduct: return "not read: its product is finite";
     case Readability::Uninitialized: return "uninitialized: not read";
     case Readability::PartlyWritten: return "partly written: not read";
+    case Readability::TensorSubclass: return "tensor subclass: not read";
   }
   return "?";
 }

@@ -51,6 +51,10 @@ enum class Readability {
   // Memory that was uninitialized and that an op returned without declaring a write (a custom op
   // filling its rank's slice of a buffer): how much of it holds values is unknown.
   PartlyWritten,
+  // A tensor subclass that dispatches to Python (a DTensor, FSDP's sharded parameters): its
+  // memory is not its elements; a front end may hand its local tensor instead
+  // (Watchdog::set_local_tensor_reader).
+  TensorSubclass,
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

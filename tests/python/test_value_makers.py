@@ -302,3 +302,38 @@ def test_multihead_attentions_out_proj_is_read_in_the_attention_not_in_out_proj(
     assert readers and all(f.module_path == "mha" for f in readers), [str(f) for f in frames]
     assert not any(f.module_path == "mha.out_proj" for f in frames)
     debug.close()
+
+
+class Wrapped(torch.Tensor):
+    """A wrapper tensor subclass that keeps its elements in another tensor, as DTensor does, but
+    under a name the watchdog does not know: its own memory is not its elements."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda t: t.inner if isinstance(t, Wrapped) else t  # noqa: E731
+        return func(*torch.utils._pytree.tree_map(unwrap, args), **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+
+
+class AddsAWrapped(nn.Module):
+    def forward(self, x):
+        return x + Wrapped(torch.full_like(x, float("nan")))
+
+
+def test_a_tensor_subclass_the_watchdog_cannot_read_is_labelled_not_read():
+    model = nn.Sequential(AddsAWrapped())
+    debug = DebugUnderflowOverflow(model)
+    with pytest.raises(NonFiniteError) as caught:  # the sum is a plain tensor full of NaN: read
+        model(torch.randn(3, 4))
+    assert "not read: input[1] (tensor subclass: not read)" in caught.value.report.origin, caught.value.report.origin
+    frames = [f for f in caught.value.report.frames if f.op == "aten::add"]
+    assert frames, [str(f) for f in caught.value.report.frames]
+    reasons = {e.label: getattr(e, "skip_reason", None) for e in frames[0].entries}
+    assert reasons["input[1]"] == "tensor subclass: not read", reasons
+    debug.close()

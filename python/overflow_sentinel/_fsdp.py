@@ -1,0 +1,83 @@
+"""FSDP2 (`fully_shard`): the parameters a sharded module's forward reads are not the model's
+parameters (DTensor shards, which the watchdog reads as this rank's local tensor) but unsharded
+tensors FSDP all-gathers before each forward, in memory it frees and allocates again at every
+step (the same storage each time). Each is named once it exists, by the parameter's full name,
+so that the ops reading it show `blocks.0.fc1.weight` (docs/nonfinite.md)."""
+
+import torch
+
+
+def _fsdp_module_class():
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without FSDP2
+        return None
+    return FSDPModule
+
+
+def user_class_name(module):
+    """fully_shard makes `FSDP<Class>` (FSDPModule first, the user's class next): the user's name."""
+    fsdp = _fsdp_module_class()
+    cls = type(module)
+    if fsdp is not None and isinstance(module, fsdp):
+        for base in cls.__mro__[1:]:
+            if base is not fsdp and issubclass(base, torch.nn.Module) and not issubclass(base, fsdp):
+                return base.__name__
+    return cls.__name__
+
+
+def shard_name(name, param):
+    """`blocks.1.fc2.weight[0:8]`: this rank's rows of a parameter sharded on its first dimension
+    (the slice FSDP2 keeps here); the name alone where the offset is not known."""
+    try:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    except (ImportError, AttributeError, RuntimeError, TypeError):
+        return name
+    if not shape:
+        return name
+    return f"{name}[{offset[0]}:{offset[0] + shape[0]}]"
+
+
+class UnshardedParameters:
+    """The parameters of a model's FSDP2 modules: each rank's shard named at once, by the
+    parameter's full name and its rows; the unsharded tensors named as they come into being."""
+
+    def __init__(self, model):
+        self._pending = []  # (full name, FSDPParam)
+        self.shards = []  # (name with rows, local tensor)
+        fsdp = _fsdp_module_class()
+        if fsdp is None:
+            return
+        for name, param in model.named_parameters():
+            local = getattr(param, "_local_tensor", None)
+            if isinstance(local, torch.Tensor):
+                self.shards.append((shard_name(name, param), local))
+        path_of = {id(m): name for name, m in model.named_modules()}
+        for module in model.modules():
+            if not isinstance(module, fsdp):
+                continue
+            state = getattr(module, "_get_fsdp_state", lambda: None)()
+            group = getattr(state, "_fsdp_param_group", None)
+            for param in getattr(group, "fsdp_params", None) or []:
+                info = getattr(param, "_module_info", None)
+                if info is None or id(info.module) not in path_of:
+                    continue
+                path = path_of[id(info.module)]
+                self._pending.append((f"{path}.{info.param_name}" if path else info.param_name, param))
+
+    @property
+    def pending(self):
+        return bool(self._pending)
+
+    def name_new(self, native):
+        """Names the unsharded parameters made since the last call (FSDP makes them at its first
+        all-gather, in the forward pre-hooks that run before the watchdog's)."""
+        ready, waiting = [], []
+        for name, param in self._pending:
+            unsharded = getattr(param, "_unsharded_param", None)
+            (ready if isinstance(unsharded, torch.Tensor) else waiting).append((name, param))
+        self._pending = waiting
+        if ready:
+            native.name_tensors([(name, param._unsharded_param) for name, param in ready])

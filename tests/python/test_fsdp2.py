@@ -1,0 +1,190 @@
+"""FSDP2 (`fully_shard`, per block and at the root) trained watched on Gloo ranks on the CPU, under
+the venv's torchrun: a clean run's losses and parameters are bit-equal to an unwatched run's in the
+same process (the all-gather's buffer, uninitialized memory, is never judged); an overflow planted
+in one rank's input, or in a parameter's shard, stops every rank at that step under a hard timeout
+(the reduce-scatter runs inside the backward: nothing is raised before the optimizer step), every
+report naming the first rank and the op."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+D, STEPS = 16, 4
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(D, 2 * D)
+        self.fc2 = nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(x)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(2)])
+        self.head = nn.Linear(D, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def sharded(param_dtype=None):
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    torch.manual_seed(0)
+    model = Net()
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    assert isinstance(model, FSDPModule) and isinstance(model.blocks[0], FSDPModule)
+    return model
+
+
+def batch(step, rank, plant):
+    torch.manual_seed(1000 + 10 * step + rank)
+    x = torch.randn(8, D)
+    if plant == f"input:{rank}:{step}":
+        x[2, 3] = float("inf")  # on this rank only
+    return x
+
+
+def train(model, plant="", watch=False, report_dir=None):
+    import overflow_sentinel
+
+    rank = torch.distributed.get_rank()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    w = overflow_sentinel.watch_steps(model, optimizer, report_dir=report_dir, max_frames_to_save=400) if watch else None
+    losses = []
+    for step in range(STEPS):
+        kind, plant_rank, plant_step = (plant.split(":") + ["", "-1", "-1"])[:3]
+        if kind in ("shard", "cast") and int(plant_rank) == rank and int(plant_step) == step:
+            with torch.no_grad():  # this rank's shard only: inf, or beyond float16's range
+                model.blocks[1].fc2.weight._local_tensor[0, 0] = float("inf") if kind == "shard" else 1e5
+        loss = model(batch(step, rank, plant)).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses, w
+
+
+def run_rank(mode, report_dir):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    outcome = {"rank": rank}
+    if mode == "clean":
+        unwatched = sharded()
+        expected, _ = train(unwatched)
+        model = sharded()
+        losses, w = train(model, watch=True, report_dir=report_dir)
+        outcome["equal_losses"] = losses == expected
+        outcome["equal_parameters"] = all(torch.equal(a._local_tensor, b._local_tensor)
+                                          for a, b in zip(unwatched.parameters(), model.parameters()))
+        outcome["report"] = w.report is not None
+        outcome["batch_number"] = w.batch_number
+        outcome["tolerated"] = w.tolerated()
+        frames = w.saved_frames()
+        outcome["classes"] = sorted({f.module_class for f in frames if f.module_class})
+        outcome["labels"] = sorted({e.label for f in frames for e in f.entries})
+        w.close()
+    else:
+        from overflow_sentinel import NonFiniteError
+
+        model = sharded(torch.float16 if mode.startswith("cast") else None)
+        try:
+            train(model, plant=mode, watch=True, report_dir=report_dir)
+            outcome["stopped"] = False
+        except NonFiniteError as error:
+            report = error.report
+            data = report.as_dict()
+            outcome.update(stopped=True, batch=report.batch_number, ranks=data.get("ranks"),
+                           trigger=str(report.trigger), origin=report.origin)
+    # A file per rank: torchrun interleaves the ranks' standard outputs.
+    with open(os.path.join(report_dir, f"outcome{rank}.json"), "w") as f:
+        json.dump(outcome, f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(mode, ranks, tmp_path, timeout=240):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+               "--master_addr=127.0.0.1", f"--master_port={free_port()}", __file__, mode, str(tmp_path)]
+    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, err = p.communicate()
+        pytest.fail(f"{mode} on {ranks} ranks hung past {timeout} s: {out[-2000:]} {err[-3000:]}")
+    assert p.returncode == 0, f"{mode}: {out[-2000:]} {err[-4000:]}"
+    files = [tmp_path / f"outcome{rank}.json" for rank in range(ranks)]
+    assert all(f.exists() for f in files), f"{out[-2000:]} {err[-3000:]}"
+    return [json.loads(f.read_text()) for f in files]
+
+
+def test_a_clean_fsdp2_run_trains_watched_bit_equal_to_an_unwatched_one(tmp_path):
+    for o in launch("clean", 2, tmp_path):
+        assert o["equal_losses"] and o["equal_parameters"], o
+        assert not o["report"] and o["batch_number"] == STEPS
+        assert o["tolerated"] == []
+        # The user's classes, not fully_shard's FSDP<Class>; the unsharded weights by full name.
+        assert "Block" in o["classes"] and not any(c.startswith("FSDP") for c in o["classes"]), o["classes"]
+        assert "blocks.0.fc1.weight" in o["labels"], o["labels"]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_an_overflow_in_one_ranks_input_stops_every_rank_at_that_step_naming_it(tmp_path, ranks):
+    bad = ranks - 1
+    for o in launch(f"input:{bad}:2", ranks, tmp_path):
+        assert o["stopped"] and o["batch"] == 2, o
+        assert o["ranks"]["first"]["rank"] == bad and o["ranks"]["first"]["batch_number"] == 2, o["ranks"]
+        if o["rank"] == bad:
+            assert o["ranks"]["role"] == "made"
+            assert o["trigger"] == "blocks.0.fc1 Linear aten::linear", o["trigger"]
+            assert "passed through aten::linear in blocks.0.fc1 (Linear) - it was already in input[0]" in o["origin"]
+
+
+def test_an_inf_in_a_parameter_shard_stops_every_rank_naming_the_parameter(tmp_path):
+    for o in launch("shard:0:1", 2, tmp_path):
+        assert o["stopped"] and o["batch"] == 1, o
+        assert o["ranks"]["first"]["batch_number"] == 1, o["ranks"]
+        # FSDP's all-gather is the first to read the shard: labelled with its scope, and the
+        # report names the parameter and this rank's rows of it.
+        if o["rank"] == 0:
+            assert "FSDP::all_gather" in o["trigger"], o["trigger"]
+            assert "blocks.1.fc2.weight[0:8]" in o["origin"], o["origin"]
+
+
+def test_an_overflow_in_fsdps_param_dtype_cast_names_the_parameter_and_the_dtypes(tmp_path):
+    for o in launch("cast:0:1", 2, tmp_path):
+        assert o["stopped"] and o["batch"] == 1, o
+        if o["rank"] == 0:
+            # MixedPrecisionPolicy(param_dtype=float16) casts the shard before the all-gather.
+            assert "FSDP::all_gather" in o["trigger"] or "FSDP::all_gather" in o["origin"], o
+            assert "a conversion of blocks.1.fc2.weight[0:8] float32 → float16: 1 value above 65504" in o["origin"], o
+
+
+if __name__ == "__main__":
+    run_rank(sys.argv[1], sys.argv[2])

@@ -76,7 +76,6 @@ const OpInfo& Watchdog::Impl::op_info(const capture::OpCall& fn, uint32_t name_i
     for (size_t i = 0; i < args.size() && i < 64; ++i) {
       if (is_tensor_type(args[i].type())) info.tensor_args |= (1ull << i);
       if (args[i].is_out()) info.overwritten_args |= (1ull << i);
-      if (args[i].is_out() || (args[i].alias_info() && args[i].alias_info()->isWrite())) info.written_args |= (1ull << i);
     }
     if (core::overwrites_self(fn.name())) info.overwritten_args |= 1;
     bool writes_an_argument = info.overwritten_args != 0;
@@ -171,44 +170,6 @@ void Watchdog::Impl::add_outputs(FrameRecord& f, c10::ArrayRef<c10::IValue> outp
       f.add(plain_entry(EntryState::NotATensor, Role::Output, index, -1));
     }
   }
-}
-
-const core::ParamRef* Watchdog::Impl::find_params(c10::ArrayRef<c10::IValue> inputs, capture::ThreadState& ts,
-                                                  c10::SmallVectorImpl<const core::ParamRef*>& params) {
-  params.assign(inputs.size(), nullptr);
-  const core::ParamRef* owner = nullptr;
-  size_t owner_arg = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].isTensor() && inputs[i].toTensor().defined()) params[i] = index->find_param(inputs[i].toTensor());
-    if (!owner && params[i]) {
-      owner = params[i];
-      owner_arg = i;
-    }
-  }
-  if (owner && owner->shared) {
-    // Tied weights: the op belongs to the innermost running module that holds the parameter.
-    for (size_t s = ts.scopes.size(); s-- > 0;) {
-      const auto place = ts.scopes[s].module ? index->module_place(ts.scopes[s].module) : std::nullopt;
-      const core::ParamRef* held = place ? index->holder_at(inputs[owner_arg].toTensor(), *place) : nullptr;
-      if (held) {
-        owner = params[owner_arg] = held;
-        break;
-      }
-    }
-  }
-  return owner;
-}
-
-uint32_t Watchdog::Impl::parameter_label(const core::ParamRef& p, uint32_t place) {
-  if (p.place == place) return p.name;
-  // By the name a report's reader finds it under: its path from the running module when inside
-  // it, else its whole path.
-  const std::string& holder = places.path(p.place);
-  const std::string& running = places.path(place);
-  const bool inside = !running.empty() && holder.size() > running.size() &&
-                      holder.compare(0, running.size(), running) == 0 && holder[running.size()] == '.';
-  const std::string module = inside ? holder.substr(running.size() + 1) : holder;
-  return module.empty() ? p.name : strings.intern(module + "." + strings.at(p.name));
 }
 
 void Watchdog::Impl::add_arguments(FrameRecord& f, c10::ArrayRef<c10::IValue> inputs, const OpInfo& info,

@@ -49,7 +49,6 @@ struct OpInfo {
   // contiguous): a frame only when the call returned memory none of its arguments held.
   bool may_copy = false;
   bool uninitialized_results = false;  // the empty family: no frame, its results tracked as unwritten
-  uint64_t written_args = 0;  // bit i: the schema says argument i is written (`Tensor(a!)`, out=)
   uint64_t tensor_args = ~0ull; // bit i: argument i is a Tensor, Tensor? or Tensor[]
   uint64_t overwritten_args = 0; // bit i: argument i is written without its old values being read
   // From the schema (-1: unknown). Boxed calls (the TorchScript interpreter) hand RecordFunction

@@ -94,8 +94,8 @@ std::string narrowing_note(const Frame& f) {
     return fmt::format("; a conversion of {} {} → {}: {} value{} above {:g}, {}'s largest", in->label, in->dtype,
                        out->dtype, overflowed, overflowed == 1 ? "" : "s", limit, out->dtype);
   }
-  return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in (autocast "
-                     "casts its arguments to it)",
+  return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in: the op's "
+                     "own cast to it (autocast's, a reduce dtype's) made the inf",
                      in->label, in->dtype, in->stats.abs_max, out->dtype);
 }
 

@@ -66,7 +66,9 @@ def train(model, plant="", watch=False, report_dir=None):
 
     rank = torch.distributed.get_rank()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    w = overflow_sentinel.watch_steps(model, optimizer, report_dir=report_dir, max_frames_to_save=400) if watch else None
+    w = None
+    if watch:
+        w = overflow_sentinel.watch_steps(model, optimizer, report_dir=report_dir, max_frames_to_save=400)
     losses = []
     for step in range(STEPS):
         kind, plant_rank, plant_step = (plant.split(":") + ["", "-1", "-1"])[:3]
@@ -84,6 +86,9 @@ def train(model, plant="", watch=False, report_dir=None):
 def run_rank(mode, report_dir):
     import torch.distributed as dist
 
+    # Memory from `empty` (the all-gather's and reduce-scatter's buffers) then holds NaN: a run
+    # cannot pass by reading a zeroed page.
+    torch.use_deterministic_algorithms(True)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     outcome = {"rank": rank}

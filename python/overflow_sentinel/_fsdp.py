@@ -26,18 +26,18 @@ def user_class_name(module):
     return cls.__name__
 
 
-def shard_name(name, param):
-    """`blocks.1.fc2.weight[0:8]`: this rank's rows of a parameter sharded on its first dimension
-    (the slice FSDP2 keeps here); the name alone where the offset is not known."""
+def shard_rows(param):
+    """`[0:8]`: this rank's rows of a DTensor parameter sharded on its first dimension (the slice
+    FSDP2 keeps here); "" for other tensors, or where the offset is not known."""
+    if not hasattr(param, "device_mesh") or not hasattr(param, "placements"):
+        return ""
     try:
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         shape, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
     except (ImportError, AttributeError, RuntimeError, TypeError):
-        return name
-    if not shape:
-        return name
-    return f"{name}[{offset[0]}:{offset[0] + shape[0]}]"
+        return ""
+    return f"[{offset[0]}:{offset[0] + shape[0]}]" if shape else ""
 
 
 class UnshardedParameters:
@@ -53,7 +53,7 @@ class UnshardedParameters:
         for name, param in model.named_parameters():
             local = getattr(param, "_local_tensor", None)
             if isinstance(local, torch.Tensor):
-                self.shards.append((shard_name(name, param), local))
+                self.shards.append((name + shard_rows(param), local))
         path_of = {id(m): name for name, m in model.named_modules()}
         for module in model.modules():
             if not isinstance(module, fsdp):

@@ -6,6 +6,8 @@ import weakref
 
 import torch
 
+from ._fsdp import shard_rows
+
 _NORM_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm")
 
 
@@ -13,7 +15,8 @@ def name_state_after_steps(watch, optimizer):
     """Names `optimizer`'s state for `watch` now and after each of its steps; returns the hook's
     handle."""
     optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds it
-    names = {id(p): n for n, p in _model_parameters(watch)}
+    # A sharded parameter's state holds this rank's rows of it (FSDP2): said after the state's name.
+    names = {id(p): (n, shard_rows(p)) for n, p in _model_parameters(watch)}
     seen = [None]
     me = weakref.ref(watch)  # the optimizer's hook keeps no watchdog alive
 
@@ -22,7 +25,8 @@ def name_state_after_steps(watch, optimizer):
         if w is None or w._native.closed or len(opt.state) == seen[0]:
             return  # (Adam's state is made at the first step, then updated in place)
         seen[0] = len(opt.state)
-        named = [(f"{names[id(p)]}.{key}", value) for p, state in opt.state.items() if id(p) in names
+        named = [(f"{names[id(p)][0]}.{key}{names[id(p)][1] if value.dim() > 0 else ''}", value)
+                 for p, state in opt.state.items() if id(p) in names
                  for key, value in state.items() if isinstance(value, torch.Tensor)]
         w._state_names = {name: weakref.ref(t) for name, t in named}
         w._native.name_tensors(named)

@@ -157,6 +157,9 @@ def test_a_clean_fsdp2_run_trains_watched_bit_equal_to_an_unwatched_one(tmp_path
         # The user's classes, not fully_shard's FSDP<Class>; the unsharded weights by full name.
         assert "Block" in o["classes"] and not any(c.startswith("FSDP") for c in o["classes"]), o["classes"]
         assert "blocks.0.fc1.weight" in o["labels"], o["labels"]
+        # AdamW's state of a shard, as the optimizer's ops on DTensors read it: this rank's rows.
+        rows = "[0:16]" if o["rank"] == 0 else "[16:32]"
+        assert f"blocks.0.fc1.weight.exp_avg{rows}" in o["labels"], o["labels"]
 
 
 @pytest.mark.parametrize("ranks", [2, 4])

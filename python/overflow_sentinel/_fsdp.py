@@ -1,8 +1,8 @@
-"""FSDP2 (`fully_shard`): the parameters a sharded module's forward reads are not the model's
-parameters (DTensor shards, which the watchdog reads as this rank's local tensor) but unsharded
-tensors FSDP all-gathers before each forward, in memory it frees and allocates again at every
-step (the same storage each time). Each is named once it exists, by the parameter's full name,
-so that the ops reading it show `blocks.0.fc1.weight` (docs/nonfinite.md)."""
+"""FSDP2 (`fully_shard`): the model's parameters are DTensor shards, which the watchdog reads as
+this rank's local tensor, named with the rows the rank holds (`blocks.1.fc2.weight[0:8]`); the
+parameters a sharded module's forward reads are unsharded tensors FSDP all-gathers before each
+forward, in memory it frees and allocates again at every step (the same storage each time), each
+named once it exists by the parameter's full name (`blocks.0.fc1.weight`). docs/python.md."""
 
 import torch
 

@@ -71,6 +71,9 @@ bool is_conversion(const std::string& op) {
 // inf, or NaN in a format without inf); an op whose result is narrower than an argument (autocast
 // runs a linear in float16, casting its float32 input inside) names the argument that did not fit.
 std::string narrowing_note(const Frame& f) {
+  // (A backward node's arguments are incoming gradients: one that is large says nothing of which
+  // of its own ops narrowed what.)
+  if (f.direction != Direction::Forward) return "";
   const Entry* out = nullptr;
   for (const auto& e : f.entries) {
     if (e.kind == EntryKind::Tensor && made_by_op(e) && !e.stats.finite()) {
@@ -95,7 +98,7 @@ std::string narrowing_note(const Frame& f) {
                        out->dtype, overflowed, overflowed == 1 ? "" : "s", limit, out->dtype);
   }
   return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in: the op's "
-                     "own cast to it (autocast's, a reduce dtype's) made the inf",
+                     "own cast to it (autocast's) made the inf",
                      in->label, in->dtype, in->stats.abs_max, out->dtype);
 }
 

@@ -92,8 +92,12 @@ TEST(ValueMakers, AnOverflowingCastIsTheOriginWithItsDtypesAndCount) {
 }
 
 TEST(ValueMakers, MemoryFromEmptyIsNotJudgedUntilWritten) {
-  const bool was = at::globalContext().deterministicAlgorithms();
-  at::globalContext().setDeterministicAlgorithms(true, false);  // fills `empty` with NaN
+  // Deterministic algorithms fill `empty` with NaN; put back as they were however the test ends.
+  struct Deterministic {
+    bool was = at::globalContext().deterministicAlgorithms();
+    Deterministic() { at::globalContext().setDeterministicAlgorithms(true, false); }
+    ~Deterministic() { at::globalContext().setDeterministicAlgorithms(was, false); }
+  } deterministic;
   auto model = std::make_shared<torch::nn::Module>();
   std::ostringstream out;
   sentinel::Watchdog w(model, sentinel::Options().output(out));
@@ -122,7 +126,6 @@ TEST(ValueMakers, MemoryFromEmptyIsNotJudgedUntilWritten) {
   ASSERT_NE(read, nullptr);
   EXPECT_EQ(read->kind, sentinel::EntryKind::Tensor);
   EXPECT_DOUBLE_EQ(read->stats.abs_max, x.abs().max().item<double>());
-  at::globalContext().setDeterministicAlgorithms(was, false);
 }
 
 }  // namespace

@@ -1,11 +1,9 @@
 #include "core/uninitialized_memory.h"
 
+#include "core/entry_builder.h"
+
 namespace sentinel::core {
 namespace {
-
-uintptr_t key(const at::Tensor& t) {
-  return t.defined() && t.has_storage() ? reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()) : 0;
-}
 
 // Inference tensors keep no version counter: only declared writes tell.
 int64_t version_of(const at::Tensor& t) { return t.is_inference() ? -1 : static_cast<int64_t>(t._version()); }
@@ -13,7 +11,7 @@ int64_t version_of(const at::Tensor& t) { return t.is_inference() ? -1 : static_
 }  // namespace
 
 void UninitializedMemory::note(const at::Tensor& t, stats::Readability why) {
-  const uintptr_t k = key(t);
+  const uintptr_t k = storage_key(t);
   if (k == 0 || t.storage().nbytes() == 0) return;
   by_storage_.insert_or_assign(k, Unwritten{t.storage().getWeakStorageImpl(), version_of(t), why});
 }
@@ -25,17 +23,17 @@ void UninitializedMemory::written_in_part(const at::Tensor& t) {
 }
 
 void UninitializedMemory::written(const at::Tensor& t) {
-  if (!by_storage_.empty()) by_storage_.erase(key(t));
+  if (!by_storage_.empty()) by_storage_.erase(storage_key(t));
 }
 
 bool UninitializedMemory::tracks(const at::Tensor& t) const {
   if (by_storage_.empty()) return false;
-  const auto it = by_storage_.find(key(t));
+  const auto it = by_storage_.find(storage_key(t));
   return it != by_storage_.end() && !it->second.storage.expired();
 }
 
 std::optional<stats::Readability> UninitializedMemory::unreadable(const at::Tensor& t) {
-  const auto it = by_storage_.find(key(t));
+  const auto it = by_storage_.find(storage_key(t));
   if (it == by_storage_.end()) return std::nullopt;
   const Unwritten& u = it->second;
   // A storage freed and made again at the same address is new memory: judged as any other.

@@ -49,3 +49,12 @@ if [ ! -f "$SENTINEL_VENV/.sentinel-complete" ]; then
   "$SENTINEL_PYTHON" -m pip install --quiet --no-cache-dir --disable-pip-version-check -r "$requirements"
   cp "$requirements" "$SENTINEL_VENV/.sentinel-complete"
 fi
+
+# The pip package's build backend (scripts/python-build-requirements.txt), added to the environment
+# whenever that list changes.
+build_requirements="$(dirname "$0")/python-build-requirements.txt"
+if ! cmp -s "$build_requirements" "$SENTINEL_VENV/.sentinel-build-tools"; then
+  echo "setup: installing the package build backend into $SENTINEL_VENV"
+  "$SENTINEL_PYTHON" -m pip install --quiet --no-cache-dir --disable-pip-version-check -r "$build_requirements"
+  cp "$build_requirements" "$SENTINEL_VENV/.sentinel-build-tools"
+fi

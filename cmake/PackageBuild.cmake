@@ -19,7 +19,25 @@ if(torch_fact_count GREATER 1)
 endif()
 
 # The build directory is kept between builds (pyproject.toml's build-dir): what it remembers of
-# an earlier build's Python and torch is replaced by this one's.
+# an earlier build's Python and torch is replaced by this one's. A torch elsewhere (another
+# environment of the same Python) makes it forget every path it cached into the old one, so that
+# LibTorch's package finds its libraries again, in the new one.
+get_filename_component(torch_root "${torch_cmake_prefix}/../.." ABSOLUTE)
+if(DEFINED CACHE{SENTINEL_PACKAGE_TORCH_ROOT} AND NOT SENTINEL_PACKAGE_TORCH_ROOT STREQUAL torch_root)
+  get_cmake_property(cached CACHE_VARIABLES)
+  set(forgotten 0)
+  foreach(name IN LISTS cached)
+    get_property(value CACHE ${name} PROPERTY VALUE)
+    string(FIND "${value}" "${SENTINEL_PACKAGE_TORCH_ROOT}/" at)
+    if(NOT at EQUAL -1)
+      unset(${name} CACHE)
+      math(EXPR forgotten "${forgotten} + 1")
+    endif()
+  endforeach()
+  message(STATUS "Sentinel: torch is now ${torch_root}, not ${SENTINEL_PACKAGE_TORCH_ROOT}: "
+    "${forgotten} cached paths into the old one forgotten")
+endif()
+set(SENTINEL_PACKAGE_TORCH_ROOT "${torch_root}" CACHE INTERNAL "The torch this build directory is configured for")
 set(Torch_DIR "${torch_cmake_prefix}/Torch" CACHE PATH "LibTorch's CMake package" FORCE)
 set(SENTINEL_FIXTURE_PYTHON "${Python_EXECUTABLE}" CACHE FILEPATH "The Python that builds the package" FORCE)
 set(SENTINEL_PYTHON "${Python_EXECUTABLE}" CACHE FILEPATH "The Python whose torch the module is built for" FORCE)

@@ -1,10 +1,13 @@
 // Who made a value, decided per call: a copy or a conversion is a frame and a view is not; memory
-// from the empty family is not judged until written. Oracles: torch's own casts and storages.
+// from the empty family is not judged until written; PyTorch's machinery (FSDP's scopes) tolerates
+// nothing it makes; tensors named in one storage keep their names. Oracles: torch's own casts and
+// storages.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <sentinel/sentinel.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -126,6 +129,86 @@ TEST(ValueMakers, MemoryFromEmptyIsNotJudgedUntilWritten) {
   ASSERT_NE(read, nullptr);
   EXPECT_EQ(read->kind, sentinel::EntryKind::Tensor);
   EXPECT_DOUBLE_EQ(read->stats.abs_max, x.abs().max().item<double>());
+}
+
+struct Owner : torch::nn::Module {
+  Owner() { child = register_module("child", torch::nn::Linear(2, 2)); }
+  torch::nn::Linear child{nullptr};
+};
+
+// Concatenates float32 values into a float16 buffer inside a scope of `scope_name`, in the model's
+// forward; returns the report, if any.
+std::optional<sentinel::Report> gather_into_float16(const char* scope_name, bool machinery, const at::Tensor& a,
+                                                    const at::Tensor& b) {
+  auto model = std::make_shared<Owner>();
+  std::ostringstream out;
+  sentinel::Watchdog w(model, sentinel::Options().output(out));
+  try {
+    auto batch = w.batch();
+    {
+      auto s = sentinel::scope(*model);
+      const auto gather = [&] {
+        auto buffer = torch::empty({a.numel() + b.numel()}, torch::kHalf);
+        at::cat_out(buffer, {a, b});
+      };
+      if (machinery) {
+        RECORD_USER_SCOPE(scope_name);
+        gather();
+      } else {
+        auto g = sentinel::scope(scope_name);
+        gather();
+      }
+    }
+    batch.finish();
+  } catch (const sentinel::NonFiniteError& e) {
+    return e.report();
+  }
+  return std::nullopt;
+}
+
+TEST(ValueMakers, ACastInPyTorchsMachineryIsAnErrorAtOnceNamingTheArgumentsItConverted) {
+  const auto a = torch::linspace(0, 1e5, 6), b = torch::full({2}, 7e4);
+  // torch's own cast of the concatenation: what float16 cannot hold becomes inf.
+  const int64_t overflowing = torch::isinf(torch::cat({a, b}).to(torch::kHalf)).sum().item<int64_t>();
+  ASSERT_GT(overflowing, 2);
+  // Inside a module's own named scope, an inf that stays there is the module's to tolerate...
+  // (Its buffer comes from `empty` there: memory the module made, as any result of its ops.)
+  const auto tolerated = gather_into_float16("gate", false, a, b);
+  EXPECT_FALSE(tolerated.has_value()) << tolerated->origin;
+  // ...inside FSDP's, which moves the model's values and makes none, it is an error at once.
+  const auto r = gather_into_float16("FSDP::post_backward_reduce", true, a, b);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->trigger().op.rfind("aten::cat", 0), 0u) << r->trigger().op;
+  EXPECT_NE(r->trigger().module_path.find("FSDP::post_backward_reduce"), std::string::npos);
+  EXPECT_TRUE(r->produced_here);
+  EXPECT_NE(r->origin.find("a conversion of input[0][0], input[0][1] float32 → float16: " + std::to_string(overflowing) +
+                           " values above 65504"),
+            std::string::npos)
+      << r->origin;
+}
+
+TEST(ValueMakers, TensorsNamedInOneStorageAreEachNamedByTheirBytes) {
+  // FSDP's gradient shards are views of one buffer: each keeps its own name, and a view inside
+  // one of them takes that one's.
+  auto model = std::make_shared<torch::nn::Module>();
+  std::ostringstream out;
+  sentinel::Watchdog w(model, sentinel::Options().output(out));
+  const auto flat = torch::randn({10});
+  const auto first = flat.narrow(0, 0, 4), second = flat.narrow(0, 4, 6);
+  ASSERT_TRUE(first.storage().is_alias_of(second.storage()));
+  w.name_tensors({{"a.grad", first}, {"b.grad", second}});
+  {
+    auto batch = w.batch();
+    (void)(second * 2);
+    (void)(first * 3);
+    (void)(flat.narrow(0, 5, 2) * 4);
+    batch.finish();
+  }
+  const auto frames = w.saved_frames();
+  ASSERT_EQ(frames.size(), 3u) << ::testing::PrintToString(ops_of(frames));
+  EXPECT_NE(sentinel_test::find_entry(frames[0], "b.grad"), nullptr);
+  EXPECT_NE(sentinel_test::find_entry(frames[1], "a.grad"), nullptr);
+  EXPECT_NE(sentinel_test::find_entry(frames[2], "b.grad"), nullptr);
 }
 
 }  // namespace

@@ -166,6 +166,7 @@ class Watch:
         except NonFiniteError as error:
             _optimizer.name_gradient_norm(error)
             _optimizer.name_first_element(error, self)
+            _fsdp.mixed_precision(error, self)
             if not self._scaled_backward(error):  # (else its GradScaler decides first)
                 self._explain(error)
             raise

@@ -4,6 +4,8 @@ parameters a sharded module's forward reads are unsharded tensors FSDP all-gathe
 forward, in memory it frees and allocates again at every step (the same storage each time), each
 named once it exists by the parameter's full name (`blocks.0.fc1.weight`). docs/python.md."""
 
+import weakref
+
 import torch
 
 
@@ -47,6 +49,7 @@ class UnshardedParameters:
     def __init__(self, model):
         self._pending = []  # (full name, FSDPParam)
         self.shards = []  # (name with rows, local tensor)
+        self.sharded = []  # (full name, DTensor parameter)
         fsdp = _fsdp_module_class()
         if fsdp is None:
             return
@@ -54,6 +57,7 @@ class UnshardedParameters:
             local = getattr(param, "_local_tensor", None)
             if isinstance(local, torch.Tensor):
                 self.shards.append((name + shard_rows(param), local))
+                self.sharded.append((name, param))
         path_of = {id(m): name for name, m in model.named_modules()}
         for module in model.modules():
             if not isinstance(module, fsdp):
@@ -71,13 +75,69 @@ class UnshardedParameters:
     def pending(self):
         return bool(self._pending)
 
-    def name_new(self, native):
+    def name_new(self, watch):
         """Names the unsharded parameters made since the last call (FSDP makes them at its first
-        all-gather, in the forward pre-hooks that run before the watchdog's)."""
+        all-gather, in the forward pre-hooks that run before the watchdog's), and their gradients
+        as the backward accumulates them (what FSDP casts to reduce_dtype and reduce-scatters)."""
         ready, waiting = [], []
         for name, param in self._pending:
             unsharded = getattr(param, "_unsharded_param", None)
             (ready if isinstance(unsharded, torch.Tensor) else waiting).append((name, param))
         self._pending = waiting
-        if ready:
-            native.name_tensors([(name, param._unsharded_param) for name, param in ready])
+        if not ready:
+            return
+        watch._native.name_tensors([(name, param._unsharded_param) for name, param in ready])
+        me = weakref.ref(watch)
+        for name, param in ready:
+            unsharded = param._unsharded_param
+            if unsharded.requires_grad and hasattr(unsharded, "register_post_accumulate_grad_hook"):
+                watch._handles.append(unsharded.register_post_accumulate_grad_hook(_gradient_namer(me, name)))
+
+    def name_sharded_gradients(self, native):
+        """Names this rank's shard of each gradient (`blocks.1.fc2.weight.grad[0:8]`): new memory
+        after every zero_grad, read by the optimizer's ops."""
+        named = []
+        for name, param in self.sharded:
+            local = getattr(param.grad, "_local_tensor", None)
+            if isinstance(local, torch.Tensor):
+                # The optimizer's ops are seen as called, on the DTensor; FSDP's on its local tensor.
+                label = f"{name}.grad{shard_rows(param)}"
+                named += [(label, param.grad), (label, local)]
+        if named:
+            native.name_tensors(named)
+
+
+def _gradient_namer(me, name):
+    def name_gradient(param):
+        w = me()
+        if w is not None and not w._native.closed and param.grad is not None:
+            w._native.name_tensors([(name + ".grad", param.grad)])
+    return name_gradient
+
+
+def mixed_precision(error, watch):
+    """A report stopped in FSDP's machinery (its scopes `FSDP::…`: the all-gather that casts to
+    param_dtype, the reduce-scatter in reduce_dtype) says which module's MixedPrecisionPolicy was
+    at work: `report.mixed_precision` = {module, param_dtype, reduce_dtype}, said in the message."""
+    report = error.report
+    trigger = report.trigger if report is not None else None
+    model = watch._model_ref()
+    if trigger is None or model is None or "FSDP::" not in trigger.module_path:
+        return
+    # FSDP names its scopes after the module they work for, "FSDP::pre_forward (blocks.1)"; the
+    # root's carry no name.
+    path = trigger.module_path.rsplit("(", 1)[1].rstrip(")") if trigger.module_path.endswith(")") else ""
+    try:
+        module = model.get_submodule(path)
+        policy = module._get_fsdp_state()._fsdp_param_group.mp_policy
+    except AttributeError:
+        return
+    if policy.param_dtype is None and policy.reduce_dtype is None:
+        return  # no cast of FSDP's own: nothing to say
+    dtypes = {key: None if dtype is None else str(dtype).replace("torch.", "")
+              for key, dtype in (("param_dtype", policy.param_dtype), ("reduce_dtype", policy.reduce_dtype))}
+    report.mixed_precision = {"module": path, **dtypes}
+    said = (f"FSDP's MixedPrecisionPolicy of {path or 'the root'} ({user_class_name(module)}): "
+            f"param_dtype={dtypes['param_dtype']}, reduce_dtype={dtypes['reduce_dtype']}")
+    report.origin = f"{report.origin}; {said}"
+    error.args = (f"{error.args[0]}; {said}",)

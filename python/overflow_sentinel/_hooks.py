@@ -54,7 +54,7 @@ def enter(w, index, args):
     if index == 0 and not in_backward():  # a recomputed forward opens no batch
         w._begin_call()
     if w._unsharded.pending:
-        w._unsharded.name_new(w._native)
+        w._unsharded.name_new(w)
     w._native.enter(index, args)
 
 

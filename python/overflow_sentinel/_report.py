@@ -66,11 +66,14 @@ class Report(Record):
     fp8_metrics; `text` is the report as printed (HF's layout). `phase` is 'evaluation' for a
     forward a Trainer ran between its steps (overflow_sentinel.trainer; the JSON's `phase`), else None;
     `gradient_norm_nonfinite` is True when the total gradient norm at clipping is what became
-    non-finite, from finite gradients (the step is lost)."""
+    non-finite, from finite gradients (the step is lost); `mixed_precision` is FSDP's policy at
+    work where the report stops in FSDP's machinery ({module, param_dtype, reduce_dtype}), else
+    None."""
 
     _nested = {"frames": Frame, "origin_frame": Frame}
     phase = None
     gradient_norm_nonfinite = False
+    mixed_precision = None
 
     def __init__(self, data, text=None):
         super().__init__(data)

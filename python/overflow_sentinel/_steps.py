@@ -40,6 +40,8 @@ class _StepBatches:
     def meet(self, optimizer, args, kwargs):
         if self._open is None or self._watch._native.closed:
             return
+        if self._watch._unsharded.sharded:
+            self._watch._unsharded.name_sharded_gradients(self._watch._native)
         try:
             self._watch._meet_after_backward()
         except BaseException:

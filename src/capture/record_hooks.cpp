@@ -233,8 +233,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     case at::RecordScope::FUNCTION:
       if (marker_around_ops(fn)) break;
       // Nested ops (the mm inside a linear, the empty inside a dropout) are ignored. Inside a
-      // backward, only a forward recomputed there (gradient checkpointing) makes op frames: ops
-      // the innermost node runs itself (the engine's evaluate_function event is one level up).
+      // backward, only a forward recomputed there (gradient checkpointing) and PyTorch's machinery
+      // make op frames: ops the innermost node runs itself (the engine's evaluate_function event
+      // is one level up).
       if (ts.op_depth++ == 0 && ts.backward_depth == 0) {
         if (ts.any_active() && !compiler_tracing()) {
           const OpCall call(fn, /*at_end=*/false);
@@ -243,7 +244,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
           ts.for_each_active([&](const std::shared_ptr<SessionAnchor>& a) { open_op(ts, a, call); });
         }
       } else if (ts.backward_depth > 0 && ts.op_depth == ts.innermost_node()->op_depth + 1 &&
-                 ts.recomputing_forward()) {
+                 (ts.recomputing_forward() || ts.machinery_in_node())) {
         const OpCall call(fn, /*at_end=*/false);
         ts.open_frame_count = 0;
         ts.open_frame_depth = ts.op_depth;
@@ -277,7 +278,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       }
       break;
     case at::RecordScope::USER_SCOPE:
-      ts.scopes.push_back(ScopeEntry{fn.name(), nullptr});
+      ts.scopes.push_back(ScopeEntry{fn.name(), nullptr, is_machinery_scope(fn.name())});
       ++ts.scopes_version;
       break;
     default:

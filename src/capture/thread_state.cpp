@@ -3,6 +3,7 @@
 #include "capture/thread_state.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -78,6 +79,12 @@ void note_batch_session(const std::weak_ptr<SessionAnchor>& session) {
 std::shared_ptr<SessionAnchor> last_batch_session_in_process() {
   std::lock_guard<std::mutex> lock(last_session_mutex);
   return last_session.lock();
+}
+
+bool is_machinery_scope(const char* name) {
+  // FSDP2 (fully_shard) names each step of its work "FSDP::…": pre_forward, all_gather,
+  // post_backward_reduce, root_post_backward_callback.
+  return std::strncmp(name, "FSDP::", 6) == 0;
 }
 
 }  // namespace capture

@@ -26,7 +26,13 @@ namespace capture {
 struct ScopeEntry {
   std::string name;                           // a named scope ("gate", RECORD_USER_SCOPE's name)
   const torch::nn::Module* module = nullptr;  // or a module scope
+  // PyTorch's own machinery (FSDP's all-gathers, casts and reduce-scatters): it moves the model's
+  // values, makes none of them, and nothing it makes non-finite is the model's to tolerate.
+  bool machinery = false;
 };
+
+// Whether a RecordFunction user scope of this name is PyTorch's machinery (ScopeEntry::machinery).
+bool is_machinery_scope(const char* name);
 
 // The frame one session fills for the op (or autograd node) in flight.
 struct OpenFrame {
@@ -76,6 +82,16 @@ struct ThreadState {
     if (backward_depth == 0) return false;
     for (size_t i = backward_nodes[backward_depth - 1].scopes; i < scopes.size(); ++i) {
       if (scopes[i].module != nullptr) return true;
+    }
+    return false;
+  }
+  // PyTorch's machinery inside the innermost node (FSDP2 reduce-scatters a module's gradients in
+  // its post-backward node): its ops are frames of their own, as outside a backward, so that its
+  // cast to reduce_dtype is told from the collective that brings another rank's values.
+  bool machinery_in_node() const {
+    if (backward_depth == 0) return false;
+    for (size_t i = backward_nodes[backward_depth - 1].scopes; i < scopes.size(); ++i) {
+      if (scopes[i].machinery) return true;
     }
     return false;
   }

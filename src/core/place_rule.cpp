@@ -192,6 +192,12 @@ DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   return j;
 }
 
+void PlaceRule::made_uninitialized(uintptr_t storage, uint32_t module) {
+  if (storage == 0) return;
+  made_in_batch_[storage] = module;
+  tolerated_values_.erase(storage);  // (memory a freed tensor held)
+}
+
 bool PlaceRule::from_constants(const FrameRecord& f) const {
   // Where no op was ever placed in a module (a C++ model without scopes), the model's ops cannot be
   // told from the training loop's: every op is judged strictly, as the model's.

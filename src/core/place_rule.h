@@ -42,6 +42,10 @@ class PlaceRule final : public DetectionPolicy {
   bool holds_any() const { return !tolerated_values_.empty(); }
   Judgement judge_return(const frames::FrameRecord& returned);
 
+  // A buffer an op of `module` allocated without values (the empty family): the module's, as a
+  // result it made, so that it may write into it what it tolerates.
+  void made_uninitialized(uintptr_t storage, uint32_t module);
+
   // Whether `inner`'s module is `outer`'s or one inside it.
   bool within(uint32_t inner, uint32_t outer) const;
 

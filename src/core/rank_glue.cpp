@@ -67,14 +67,17 @@ void RankGlue::stamp(Report& report) {
         "origin: received from another rank - the parameter gradients of {} were finite when backward made them "
         "and hold inf/nan at batch end (after the gradient all-reduce)",
         module_or_root(t));
-  } else if (!report.produced_here && t.direction == Direction::Forward && backward_ran_in_batch) {
-    // The first inf/nan this rank sees is already in an input after this batch's backward, with
-    // no op here having made it: it came in between the ops, where the gradients are all-reduced.
+  } else if (!report.produced_here &&
+             (nonfinite_from_collective || (t.direction == Direction::Forward && backward_ran_in_batch))) {
+    // The first inf/nan this rank sees lies in what a collective wrote, or is already in an input
+    // once this batch's backward ran, with no op here having made it: a collective brought it
+    // (FSDP's all-gather, the gradients' all-reduce between the ops, FSDP's reduce-scatter inside
+    // the backward).
     e.role = RankRole::Received;
     report.origin = fmt::format(
-        "origin: received from another rank - {}; no op on this rank made it: it arrived after the backward (the "
-        "gradient all-reduce)",
-        report.origin.substr(std::strlen("origin: ")));
+        "origin: received from another rank - {}; no op on this rank made it: it arrived through a collective{}",
+        report.origin.substr(std::strlen("origin: ")),
+        nonfinite_from_collective ? "" : " once the backward ran (the gradients' all-reduce or reduce-scatter)");
   }
   e.origin = report.origin;
   report.ranks.role = e.role;

@@ -27,6 +27,9 @@ class RankGlue {
   // end, after the user's own code (a gradient all-reduce) ran; a backward ran in this batch.
   std::atomic<bool> grads_at_batch_end{false};
   bool backward_ran_in_batch = false;
+  // The trip's op read its inf/nan in memory a collective wrote (FSDP's all-gather), or copied it
+  // there (the collective finishing its write).
+  bool nonfinite_from_collective = false;
 
   // This rank's fields of `report` and, for a first inf/nan among many ranks, the event the others
   // will hear: made here, or received (a collective's output, gradients changed by the all-reduce,

@@ -123,6 +123,7 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
   core_left_idle = opts.read_inputs_beside_ops() && overlap::core_left_idle(overlap::core_use());
   forward_ops.clear();
   uninitialized.prune();  // (memory freed since is forgotten)
+  collective_memory.clear();
   delivery.policy().begin_batch();
   backward_in_batch = false;
   gradients_checked_in_batch = false;
@@ -289,6 +290,7 @@ void Watchdog::Impl::trip(std::unique_lock<std::mutex>& lock, const frames::Fram
     if (index->is_torchscript()) report.torchscript_stack = report::torchscript_call_stack();
     report.python_stack = report::python_call_stack();
   }
+  ranks.nonfinite_from_collective = f && nonfinite_from_collective(*f);
   stamp(report);
   deliver(std::move(report), lock);
 }

@@ -206,14 +206,37 @@ void Watchdog::compiled_call_returned(const torch::nn::Module& module,
   }
 }
 
+namespace {
+
+Watchdog::Impl::NamedPart bytes_of(const at::Tensor& t, uint32_t name) {
+  const auto size = static_cast<int64_t>(t.element_size());
+  return {t.storage_offset() * size, (t.storage_offset() + t.numel()) * size, name};
+}
+
+}  // namespace
+
 void Watchdog::name_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   auto& named = impl_->named_storages;
-  for (auto it = named.begin(); it != named.end();) it = it->second.storage.expired() ? named.erase(it) : std::next(it);
+  // Storages freed since are dropped once the table has doubled: FSDP names each gradient as the
+  // backward makes it, one call per parameter.
+  if (named.size() >= 2 * impl_->named_storages_kept + 64) {
+    for (auto it = named.begin(); it != named.end();) it = it->second.storage.expired() ? named.erase(it) : std::next(it);
+    impl_->named_storages_kept = named.size();
+  }
   for (const auto& [name, t] : tensors) {
     if (!t.defined() || !t.has_storage()) continue;
-    named.insert_or_assign(core::storage_key(t),
-                           Impl::NamedStorage{t.storage().getWeakStorageImpl(), impl_->strings.intern(name)});
+    const Impl::NamedPart part = bytes_of(t, impl_->strings.intern(name));
+    auto found = named.find(core::storage_key(t));
+    if (found == named.end() || found->second.storage.lock().get() != t.storage().unsafeGetStorageImpl()) {
+      found = named.insert_or_assign(core::storage_key(t), Impl::NamedStorage{t.storage().getWeakStorageImpl(), {}})
+                  .first;
+    }
+    auto& entry = found->second;
+    auto same = std::find_if(entry.parts.begin(), entry.parts.end(),
+                             [&](const Impl::NamedPart& p) { return p.begin == part.begin && p.end == part.end; });
+    if (same != entry.parts.end()) same->name = part.name;
+    else entry.parts.push_back(part);
   }
 }
 
@@ -222,7 +245,15 @@ uint32_t Watchdog::Impl::storage_name(const at::Tensor& t) const {
   const auto it = named_storages.find(core::storage_key(t));
   if (it == named_storages.end()) return 0;
   const auto alive = it->second.storage.lock();
-  return alive.get() == t.storage().unsafeGetStorageImpl() ? it->second.name : 0;
+  if (alive.get() != t.storage().unsafeGetStorageImpl()) return 0;
+  const auto& parts = it->second.parts;
+  if (parts.size() == 1) return parts.front().name;  // the storage's one tensor, or a view of it
+  // The named tensor whose bytes hold this one's (itself, or a view into it).
+  const NamedPart want = bytes_of(t, 0);
+  for (const auto& p : parts) {
+    if (p.begin <= want.begin && want.end <= p.end) return p.name;
+  }
+  return 0;
 }
 
 namespace {

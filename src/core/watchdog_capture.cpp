@@ -230,12 +230,26 @@ uint32_t Watchdog::Impl::scope_place(capture::ThreadState& ts, uint32_t& module)
   return places.intern(path, cls);
 }
 
+namespace {
+
+bool inside_machinery(const capture::ThreadState& ts) {
+  // The named scopes inside the innermost module scope: a module's forward run from inside the
+  // machinery (a forward FSDP's hook calls) is the model's again.
+  for (size_t i = ts.scopes.size(); i-- > 0 && !ts.scopes[i].module;) {
+    if (ts.scopes[i].machinery) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::lock_guard<std::mutex> lock(mutex);
   // Inside a backward, the capture opens op frames only for a forward recomputed there (gradient
-  // checkpointing), which may run after its batch ended.
-  const bool recomputed = ts.backward_depth > 0;
-  if (delivery.stopped() || (!batches.open() && !recomputed) || compiler_running) return false;
+  // checkpointing) and PyTorch's machinery, which may run after their batch ended.
+  const bool in_backward = ts.backward_depth > 0;
+  const bool recomputed = in_backward && ts.recomputing_forward();
+  if (delivery.stopped() || (!batches.open() && !in_backward) || compiler_running) return false;
   // The overload matters: aten::sum and aten::sum.dim_IntList differ in arguments and results.
   // (Spelled into a buffer kept between ops: no allocation once it is long enough.)
   op_key_text.assign(fn.name());
@@ -254,6 +268,9 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
     f.batch_number = batches.current();
     f.recomputed = recomputed;
     f.undecided = FrameRecord::Undecided::UninitializedResults;
+    // The buffer is its module's, as any op's result: what the module writes into it stays its own.
+    f.in_model = !ts.scopes.empty() && !inside_machinery(ts) && !index->is_torchscript();
+    if (f.in_model) f.place = scope_place(ts, f.module_place);
     return true;
   }
   if (info.skip) {
@@ -293,8 +310,9 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
   // Whether the op is placed inside a module whose forward is seen: a TorchScript forward, an op
   // inside a module's scope (the Python module's hooks, sentinel::scope). The rest (the training
   // loop's ops, a C++ model's ops without scopes, named by a parameter or not) is judged strictly
-  // by the place rule: nothing says where their module's forward ends.
-  f.in_model = !ts.scopes.empty();
+  // by the place rule: nothing says where their module's forward ends. So is PyTorch's machinery
+  // run inside a module's forward (FSDP's all-gather and its cast to param_dtype, in a pre-hook).
+  f.in_model = !ts.scopes.empty() && !inside_machinery(ts);
   f.in_compiled_code = inside_compiled_code;
   if (index->is_torchscript()) {
     const auto hierarchy = torch::jit::currentModuleHierarchy();
@@ -347,7 +365,8 @@ bool Watchdog::Impl::op_start(const capture::OpCall& fn, FrameRecord& f, capture
 void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::ThreadState& ts) {
   std::unique_lock<std::mutex> lock(mutex);
   readers.beside.collect(f);  // before the op's arguments can change again
-  if (delivery.stopped() || (!batches.open() && !f.recomputed)) return;  // (the capture layer releases the held arguments)
+  // (The capture layer releases the held arguments.)
+  if (delivery.stopped() || (!batches.open() && ts.backward_depth == 0)) return;
   c10::InferenceMode no_autograd;
 
   bool any_tensor = false;
@@ -358,6 +377,11 @@ void Watchdog::Impl::op_end(const capture::OpCall& fn, FrameRecord& f, capture::
   }
   if (f.undecided == FrameRecord::Undecided::UninitializedResults) {
     note_uninitialized(outputs);
+    if (place_rule && f.in_model) {
+      for (const auto& v : outputs) {
+        if (v.isTensor()) place_rule->made_uninitialized(core::storage_key(v.toTensor()), f.module_place);
+      }
+    }
     return;
   }
   if (f.undecided == FrameRecord::Undecided::CopyOrView && !settle_copy_or_view(f, outputs, ts)) return;

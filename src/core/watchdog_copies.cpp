@@ -10,7 +10,9 @@
 
 namespace sentinel {
 
+using frames::EntryState;
 using frames::FrameRecord;
+using frames::Role;
 
 namespace {
 
@@ -71,8 +73,31 @@ void Watchdog::Impl::note_written_memory(const OpInfo& info, c10::ArrayRef<c10::
 }
 
 void Watchdog::Impl::note_collective_writes(c10::ArrayRef<c10::IValue> inputs) {
-  if (uninitialized.empty()) return;
-  for_each_tensor(inputs, [&](const at::Tensor& t) { uninitialized.written(t); });
+  for_each_tensor(inputs, [&](const at::Tensor& t) {
+    if (!t.has_storage()) return;
+    collective_memory.insert_or_assign(core::storage_key(t), t.storage().getWeakStorageImpl());
+    if (!uninitialized.empty()) uninitialized.written(t);
+  });
+}
+
+bool Watchdog::Impl::nonfinite_from_collective(const FrameRecord& f) const {
+  if (collective_memory.empty()) return false;
+  const auto written_by_collective = [&](uintptr_t storage) {
+    const auto it = storage != 0 ? collective_memory.find(storage) : collective_memory.end();
+    return it != collective_memory.end() && !it->second.expired();
+  };
+  for (int i = 0; i < f.entry_count; ++i) {
+    const auto& e = f.entries[i];
+    if (e.role == Role::Output) continue;
+    if (e.state == EntryState::Read && !e.stats.finite() && written_by_collective(e.storage)) return true;
+    // A copy into a collective's result: the collective finishing its write from its own buffer
+    // (Gloo's reduce-scatter copies what it received into the output as its work is waited on).
+    if (e.state == EntryState::Skipped && e.skip_reason == static_cast<uint8_t>(stats::Readability::Overwritten) &&
+        written_by_collective(e.storage)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace sentinel

@@ -151,12 +151,18 @@ struct Watchdog::Impl final : capture::Session {
   };
   std::unordered_map<int64_t, ForwardOp> forward_ops;
   // Tensors the front end named (Watchdog::name_tensors), by storage. Weak: a storage made later at
-  // a freed one's address is not taken for it.
-  struct NamedStorage {
-    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  // a freed one's address is not taken for it. Several tensors may lie in one storage (FSDP's
+  // gradient shards are views of one reduce-scatter output): each is named by its bytes in it.
+  struct NamedPart {
+    int64_t begin = 0, end = 0;  // bytes into the storage
     uint32_t name = 0;
   };
+  struct NamedStorage {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    std::vector<NamedPart> parts;
+  };
   std::unordered_map<uintptr_t, NamedStorage> named_storages;
+  size_t named_storages_kept = 0;  // its size after freed storages were last dropped
   // The name given to `t`'s storage, 0 when none (lock held).
   uint32_t storage_name(const at::Tensor& t) const;
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
@@ -200,6 +206,11 @@ struct Watchdog::Impl final : capture::Session {
   std::function<at::Tensor(const at::Tensor&)> local_tensor_of;
   // Memory the empty family made that nothing has written yet: its reads are labelled, not judged.
   core::UninitializedMemory uninitialized;
+  // Memory a collective was handed in this batch (an all-gather's, a reduce-scatter's buffers):
+  // an inf/nan first seen in it came from another rank. Weak, as named_storages.
+  std::unordered_map<uintptr_t, c10::weak_intrusive_ptr<c10::StorageImpl>> collective_memory;
+  // Whether `f` read its inf/nan in such memory, or copied it there (lock held).
+  bool nonfinite_from_collective(const frames::FrameRecord& f) const;
   bool detecting_late = false;  // frames resolved after their op: no stacks to take
 
   // Many ranks: identity, per-rank files, the exchanges, this rank's trips as the others hear of

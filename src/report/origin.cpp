@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "stats/tensor_stats.h"
 
@@ -52,18 +54,24 @@ double largest_finite(const std::string& dtype) {
   return 0.0;
 }
 
-bool is_conversion(const std::string& op) {
-  static const char* const kOps[] = {"aten::to",
-                                     "aten::_to_copy",
-                                     "aten::type_as",
-                                     "aten::_autocast_to_reduced_precision",
-                                     "aten::_autocast_to_full_precision",
-                                     "aten::copy_",
-                                     "aten::_foreach_copy_"};
-  for (const char* name : kOps) {
+bool one_of(const std::string& op, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
     if (op == name) return true;
   }
   return false;
+}
+
+bool is_conversion(const std::string& op) {
+  return one_of(op, {"aten::to", "aten::_to_copy", "aten::type_as", "aten::_autocast_to_reduced_precision",
+                     "aten::_autocast_to_full_precision", "aten::copy_", "aten::_foreach_copy_"});
+}
+
+// Ops whose result holds their arguments' values side by side, converted to its dtype where it
+// differs (FSDP's copy into the reduce-scatter's buffer in reduce_dtype, its all-gather's in
+// param_dtype): each argument is converted as a whole, whatever the result's size.
+bool gathers_values(const std::string& op) {
+  return one_of(op, {"aten::cat", "aten::stack", "aten::_chunk_cat", "fsdp::chunk_cat", "fsdp::all_gather_copy_in",
+                     "fsdp::split_with_sizes_copy", "aten::split_with_sizes_copy"});
 }
 
 // For an op that made the first inf/nan from finite values by narrowing them: a conversion says
@@ -83,23 +91,25 @@ std::string narrowing_note(const Frame& f) {
   }
   const double limit = out ? largest_finite(out->dtype) : 0.0;
   if (limit == 0.0) return "";
-  // The argument whose finite values the result's dtype cannot hold: wider, and beyond its range.
-  const Entry* in = nullptr;
+  // The arguments whose finite values the result's dtype cannot hold: wider, and beyond its range.
+  std::vector<const Entry*> wide;
   for (const auto& e : f.entries) {
     if (e.kind != EntryKind::Tensor || made_by_op(e) || e.dtype == out->dtype || !e.stats.finite()) continue;
     if (largest_finite(e.dtype) <= limit || e.stats.abs_max <= limit) continue;
-    in = &e;
-    break;
+    wide.push_back(&e);
   }
-  if (!in) return "";
-  if (is_conversion(f.op) && in->stats.count == out->stats.count) {
+  if (wide.empty()) return "";
+  const Entry& in = *wide.front();
+  if ((is_conversion(f.op) && in.stats.count == out->stats.count) || gathers_values(f.op)) {
+    std::string labels;
+    for (const Entry* e : wide) labels += (labels.empty() ? "" : ", ") + e->label;
     const int64_t overflowed = out->stats.nonfinite();
-    return fmt::format("; a conversion of {} {} → {}: {} value{} above {:g}, {}'s largest", in->label, in->dtype,
+    return fmt::format("; a conversion of {} {} → {}: {} value{} above {:g}, {}'s largest", labels, in.dtype,
                        out->dtype, overflowed, overflowed == 1 ? "" : "s", limit, out->dtype);
   }
   return fmt::format("; its {} ({}, abs max {:.2e}) does not fit {}, the dtype its result was computed in: the op's "
                      "own cast to it (autocast's) made the inf",
-                     in->label, in->dtype, in->stats.abs_max, out->dtype);
+                     in.label, in.dtype, in.stats.abs_max, out->dtype);
 }
 
 // What the op was handed but nothing read (memory that held no values yet, a tensor subclass):

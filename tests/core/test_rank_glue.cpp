@@ -98,7 +98,8 @@ TEST(RankGlue, AnInputAlreadyBadAfterTheBackwardArrivedBetweenTheOps) {
   EXPECT_EQ(s.ranks.role, RankRole::Received);
   EXPECT_EQ(s.origin,
             "origin: received from another rank - aten::addmm in layers.0 produced the first inf/nan; no op on this "
-            "rank made it: it arrived after the backward (the gradient all-reduce)");
+            "rank made it: it arrived through a collective once the backward ran (the gradients' all-reduce or "
+            "reduce-scatter)");
 }
 
 RankEvent event_of_rank(int64_t rank) {

@@ -3,7 +3,8 @@ the venv's torchrun: a clean run's losses and parameters are bit-equal to an unw
 same process (the all-gather's buffer, uninitialized memory, is never judged); an overflow planted
 in one rank's input, or in a parameter's shard, stops every rank at that step under a hard timeout
 (the reduce-scatter runs inside the backward: nothing is raised before the optimizer step), every
-report naming the first rank and the op."""
+report naming the first rank and the op; an overflow in FSDP's own casts to param_dtype and
+reduce_dtype names what was cast and the module's MixedPrecisionPolicy."""
 
 import json
 import os
@@ -40,12 +41,12 @@ class Net(nn.Module):
         return self.head(x)
 
 
-def sharded(param_dtype=None):
+def sharded(param_dtype=None, reduce_dtype=None):
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     torch.manual_seed(0)
     model = Net()
-    policy = MixedPrecisionPolicy(param_dtype=param_dtype)
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     for block in model.blocks:
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
@@ -72,15 +73,29 @@ def train(model, plant="", watch=False, report_dir=None):
     losses = []
     for step in range(STEPS):
         kind, plant_rank, plant_step = (plant.split(":") + ["", "-1", "-1"])[:3]
+        if kind == "grad" and int(plant_rank) == rank and int(plant_step) == step:
+            count_float16_overflow(model.blocks[1])
         if kind in ("shard", "cast") and int(plant_rank) == rank and int(plant_step) == step:
             with torch.no_grad():  # this rank's shard only: inf, or beyond float16's range
                 model.blocks[1].fc2.weight._local_tensor[0, 0] = float("inf") if kind == "shard" else 1e5
         loss = model(batch(step, rank, plant)).square().mean()
+        if kind == "grad" and int(plant_rank) == rank and int(plant_step) == step:
+            loss = loss * 1e7  # this rank's gradients: finite in float32, beyond float16's range
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())
     return losses, w
+
+
+# What torch's own cast to float16 makes inf of the gradients FSDP reduces for one module.
+OVERFLOWED = []
+
+
+def count_float16_overflow(module):
+    for param in module._get_fsdp_state()._fsdp_param_group.fsdp_params:
+        param._unsharded_param.register_post_accumulate_grad_hook(
+            lambda p: OVERFLOWED.append(int(torch.isinf(p.grad.to(torch.float16)).sum())))
 
 
 def run_rank(mode, report_dir):
@@ -110,7 +125,10 @@ def run_rank(mode, report_dir):
     else:
         from overflow_sentinel import NonFiniteError
 
-        model = sharded(torch.float16 if mode.startswith("cast") else None)
+        if mode.startswith("grad"):  # gradients reduced in float16
+            model = sharded(reduce_dtype=torch.float16)
+        else:
+            model = sharded(torch.float16 if mode.startswith("cast") else None)
         try:
             train(model, plant=mode, watch=True, report_dir=report_dir)
             outcome["stopped"] = False
@@ -118,7 +136,8 @@ def run_rank(mode, report_dir):
             report = error.report
             data = report.as_dict()
             outcome.update(stopped=True, batch=report.batch_number, ranks=data.get("ranks"),
-                           trigger=str(report.trigger), origin=report.origin)
+                           trigger=str(report.trigger), origin=report.origin,
+                           mixed_precision=report.mixed_precision, overflowed=sum(OVERFLOWED))
     # A file per rank: torchrun interleaves the ranks' standard outputs.
     with open(os.path.join(report_dir, f"outcome{rank}.json"), "w") as f:
         json.dump(outcome, f)
@@ -160,6 +179,9 @@ def test_a_clean_fsdp2_run_trains_watched_bit_equal_to_an_unwatched_one(tmp_path
         # AdamW's state of a shard, as the optimizer's ops on DTensors read it: this rank's rows.
         rows = "[0:16]" if o["rank"] == 0 else "[16:32]"
         assert f"blocks.0.fc1.weight.exp_avg{rows}" in o["labels"], o["labels"]
+        # The gradient's shard as the optimizer reads it; the unsharded one as FSDP reduces it.
+        assert f"blocks.0.fc1.weight.grad{rows}" in o["labels"], o["labels"]
+        assert "blocks.0.fc1.weight.grad" in o["labels"], o["labels"]
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
@@ -192,6 +214,31 @@ def test_an_overflow_in_fsdps_param_dtype_cast_names_the_parameter_and_the_dtype
             # MixedPrecisionPolicy(param_dtype=float16) casts the shard before the all-gather.
             assert "FSDP::all_gather" in o["trigger"] or "FSDP::all_gather" in o["origin"], o
             assert "a conversion of blocks.1.fc2.weight[0:8] float32 → float16: 1 value above 65504" in o["origin"], o
+        else:  # it reached rank 1 through the all-gather
+            assert o["ranks"]["role"] == "received", o["ranks"]
+            assert "it arrived through a collective" in o["origin"], o["origin"]
+        assert o["ranks"]["first"]["rank"] == 0, o["ranks"]
+        assert o["mixed_precision"] == {"module": "blocks.1", "param_dtype": "float16", "reduce_dtype": None}, o
+        assert "MixedPrecisionPolicy of blocks.1 (Block): param_dtype=float16, reduce_dtype=None" in o["origin"], o
+
+
+def test_an_overflow_in_fsdps_reduce_dtype_cast_names_the_gradients_and_the_policy(tmp_path):
+    # Rank 1's gradients of blocks.1 are finite in float32 and beyond float16's range, which
+    # MixedPrecisionPolicy(reduce_dtype=float16) casts them to before the reduce-scatter inside the
+    # backward: rank 1 made the inf, rank 0 received it through the reduce-scatter.
+    for o in launch("grad:1:2", 2, tmp_path):
+        assert o["stopped"] and o["batch"] == 2, o
+        assert o["ranks"]["first"]["rank"] == 1, o["ranks"]
+        assert "FSDP::post_backward" in o["trigger"], o["trigger"]
+        assert o["mixed_precision"] == {"module": "blocks.1", "param_dtype": None, "reduce_dtype": "float16"}, o
+        if o["rank"] == 1:
+            assert o["ranks"]["role"] == "made"
+            grads = ", ".join(f"blocks.1.{p}.grad" for p in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"))
+            assert o["overflowed"] > 0
+            assert (f"a conversion of {grads} float32 → float16: {o['overflowed']} values above 65504"
+                    in o["origin"]), o["origin"]
+        else:
+            assert o["ranks"]["role"] == "received", o["ranks"]
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ is raised, carrying the report as an object. See docs/python.md.
 """
 
 import functools
+import os
 import sys
 import weakref
 
@@ -22,8 +23,13 @@ def _load_native():
     """The native part, after checking that this Python and this torch are the ones it was built
     for: another torch's libraries would fail inside the dynamic loader with an undefined symbol,
     another Python would find no module of that name. Either way the message says what to do."""
-    rebuild = (f"rebuild the module for this interpreter (cmake -DSENTINEL_PYTHON={sys.executable}, "
-               f"with the LibTorch of its torch), or run it with {_build_info.python}")
+    installed = os.path.basename(os.path.dirname(os.path.dirname(__file__))) in ("site-packages", "dist-packages")
+    if installed:  # by pip (docs/install.md)
+        rebuild = (f"install it again into this environment, beside its torch "
+                   f"({sys.executable} -m pip install --no-build-isolation <a clone of overflow-sentinel>)")
+    else:  # a build tree's
+        rebuild = (f"rebuild the module for this interpreter (cmake -DSENTINEL_PYTHON={sys.executable}, "
+                   f"with the LibTorch of its torch), or run it with {_build_info.python}")
     here = ".".join(str(v) for v in sys.version_info[:3])
     if here.rsplit(".", 1)[0] != _build_info.python_version.rsplit(".", 1)[0]:
         raise ImportError(f"overflow_sentinel was built for Python {_build_info.python_version} "

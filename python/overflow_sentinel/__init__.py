@@ -345,6 +345,10 @@ class Watch:
         self._handles.append(handle)
         return handle
 
+    def replay_watch(self, model, **options):
+        """The op-level watchdog an eager replay of a batch runs under (_replay.py)."""
+        return _ReplayWatch(model, **options)
+
     def headroom(self):
         """Lines on what fp16/bf16 would overflow or flush (headroom=True)."""
         return self._native.describe_headroom()

@@ -15,7 +15,8 @@ import weakref
 
 import torch
 
-from ._hooks import enter, first_tensor_with_grad, is_compiling, leave
+from ._hooks import end_unbounded_call, enter, first_tensor_with_grad, is_compiling, leave
+from ._replay import replay_batch
 
 
 def optimized_module_type():
@@ -196,7 +197,6 @@ class Boundary:
         calls = self.calls_of(error.report.batch_number)
         if w is None or model is None or not calls:
             return None
-        from ._replay import replay_batch
         return replay_batch(w, model, self.path, calls, error.report)
 
 
@@ -298,15 +298,6 @@ def _on_compile_end(*_):
                 watch._native.set_compiler_running(False)
         except Exception as error:  # noqa: BLE001
             _say_callback_failed(error)
-
-
-def end_unbounded_call(watch):
-    """Eager code of the model, or a compiled call's boundary, runs: the call compiled after the
-    model was watched is over, and ops make frames again."""
-    if watch._unbounded_compiled_call:
-        watch._unbounded_compiled_call = False
-        if not watch._native.closed:  # (closed inside the batch: nothing is left to resume)
-            watch._native.set_compiler_running(False)
 
 
 def _say_callback_failed(error):

@@ -49,7 +49,6 @@ def pre_hook(me, index):
 
 def enter(w, index, args):
     if w._unbounded_compiled_call:
-        from ._compiled import end_unbounded_call
         end_unbounded_call(w)
     if index == 0 and not in_backward():  # a recomputed forward opens no batch
         w._begin_call()
@@ -89,3 +88,12 @@ def leave(w, index, output):
         w._call(w._native.check)
     if index == 0 and not in_backward():
         w._end_call(output)
+
+
+def end_unbounded_call(watch):
+    """Eager code of the model, or a compiled call's boundary, runs: the call compiled after the
+    model was watched is over, and ops make frames again."""
+    if watch._unbounded_compiled_call:
+        watch._unbounded_compiled_call = False
+        if not watch._native.closed:  # (closed inside the batch: nothing is left to resume)
+            watch._native.set_compiler_running(False)

@@ -56,9 +56,9 @@ def replay_batch(w, model, path, calls, report):
         for call in calls:
             for changed in call.changed_inputs():
                 notes.append(f"{changed} was changed in place after the call: the replay starts from its new value")
-            replayed = _replay_call(model, call, batch, options, backward, buffers)
+            replayed = _replay_call(w, model, call, batch, options, backward, buffers)
             if replayed is not None:
-                origin_line = None if backward else _origin_line(model, call, batch, options, replayed, buffers)
+                origin_line = None if backward else _origin_line(w, model, call, batch, options, replayed, buffers)
                 break
         if backward and replayed is None and all(c.grad is None for c in calls):
             notes.append("no gradient reached the compiled call's output: its backward was not replayed")
@@ -95,12 +95,11 @@ def replay_batch(w, model, path, calls, report):
     return result
 
 
-def _replay_call(model, call, batch, options, backward, buffers):
-    """The call run eagerly under an op-level watchdog: the first report, or None."""
-    from . import _ReplayWatch
-
+def _replay_call(w, model, call, batch, options, backward, buffers):
+    """The call run eagerly under an op-level watchdog (`w`'s replay_watch): the first report, or
+    None."""
     found = []
-    rw = _ReplayWatch(model, callback=found.append, **options)
+    rw = w.replay_watch(model, callback=found.append, **options)
     try:
         rw.batch_number = batch
         with _restored(call), rw.batch():
@@ -113,7 +112,7 @@ def _replay_call(model, call, batch, options, backward, buffers):
     return found[0] if found else None
 
 
-def _origin_line(model, call, batch, options, replayed, buffers):
+def _origin_line(w, model, call, batch, options, replayed, buffers):
     """The Python line of the op that made the value: the report's stack is taken where the value
     was stopped (where it left its module). Replayed once more with every op's inf/nan an error,
     the first op stopped is that op itself, unless an op before it makes a value its model means
@@ -121,7 +120,7 @@ def _origin_line(model, call, batch, options, replayed, buffers):
     made = replayed.origin_frame
     if made is None:
         return replayed.python_stack[0] if replayed.produced_here and replayed.python_stack else None
-    strict = _replay_call(model, call, batch, dict(options, strict=True), False, buffers)
+    strict = _replay_call(w, model, call, batch, dict(options, strict=True), False, buffers)
     if strict is None or not strict.python_stack:
         return None
     first = strict.trigger

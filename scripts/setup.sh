@@ -50,11 +50,15 @@ if [ ! -f "$SENTINEL_VENV/.sentinel-complete" ]; then
   cp "$requirements" "$SENTINEL_VENV/.sentinel-complete"
 fi
 
-# The pip package's build backend (scripts/python-build-requirements.txt), added to the environment
-# whenever that list changes.
-build_requirements="$(dirname "$0")/python-build-requirements.txt"
-if ! cmp -s "$build_requirements" "$SENTINEL_VENV/.sentinel-build-tools"; then
-  echo "setup: installing the package build backend into $SENTINEL_VENV"
-  "$SENTINEL_PYTHON" -m pip install --quiet --no-cache-dir --disable-pip-version-check -r "$build_requirements"
-  cp "$build_requirements" "$SENTINEL_VENV/.sentinel-build-tools"
-fi
+# Packages added to the environment after it was named, each list installed whenever it changes:
+# the pip package's build backend (python-build-requirements.txt) and test packages that came
+# later (python-added-requirements.txt). Kept out of python-requirements.txt, whose hash names the
+# environment: a new one is a new PyTorch download and a cold compiler cache.
+for added in build added; do
+  list="$(dirname "$0")/python-$added-requirements.txt"
+  if ! cmp -s "$list" "$SENTINEL_VENV/.sentinel-$added-packages"; then
+    echo "setup: installing $(basename "$list") into $SENTINEL_VENV"
+    "$SENTINEL_PYTHON" -m pip install --quiet --no-cache-dir --disable-pip-version-check -r "$list"
+    cp "$list" "$SENTINEL_VENV/.sentinel-$added-packages"
+  fi
+done

@@ -11,6 +11,7 @@
 #include "python/python_options.h"
 #include "python/python_stack.h"
 #include "python/python_watch.h"
+#include "stats/tensor_stats.h"
 
 namespace py = pybind11;
 using sentinel::python::PythonWatch;
@@ -89,6 +90,23 @@ PYBIND11_MODULE(_native, m) {
       .def("describe_headroom", &PythonWatch::describe_headroom);
 
   m.def("option_names", &sentinel::python::option_names, "The keyword arguments the watchdogs take.");
+  m.def(
+      "count_nonfinite",
+      [](const std::vector<at::Tensor>& tensors) {
+        std::vector<sentinel::TensorStats> stats(tensors.size());
+        std::vector<sentinel::stats::Readability> readable(tensors.size());
+        {
+          py::gil_scoped_release unlocked;
+          sentinel::stats::compute_many(tensors, stats.data(), readable.data());
+        }
+        int64_t count = 0;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          count += readable[i] == sentinel::stats::Readability::Read && !stats[i].finite();
+        }
+        return count;
+      },
+      "How many of the tensors hold inf or NaN, read by the watchdog's own pass (bench/boundary_rows.py "
+      "measures what reading at module boundaries costs with it).");
   // For tests: whether LibTorch still holds op callbacks (global or on this thread).
   m.def("record_function_callbacks_installed", &sentinel::capture::callbacks_installed);
 }

@@ -64,7 +64,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--plant-at", type=int, default=None, help="the step whose forward overflows")
-    parser.add_argument("--root-dir", default=None, help="the Trainer's default_root_dir (default: a new temporary one)")
+    parser.add_argument("--root-dir", default=None,
+                        help="the Trainer's default_root_dir (default: a new temporary one)")
     a = parser.parse_args()
     root = a.root_dir or tempfile.mkdtemp(prefix="sentinel_lightning_")
 

@@ -12,8 +12,8 @@ forwards and backwards found is raised at `on_before_optimizer_step`, before the
 (under DDP every rank is there, past the gradient all-reduce, and all stop at that step), and what
 clipping and the optimizer made at `on_train_batch_end`, before a checkpoint can be saved from the
 poisoned weights. Validation, sanity-check, test and prediction batches are watched as batches of
-their own, labelled so, numbered by the step they follow without moving the count. Reports go to
-the trainer's `default_root_dir` unless `report_dir=` says otherwise.
+their own, labelled so, numbered by the global step (the steps done so far) without moving the
+count. Reports go to the trainer's `default_root_dir` unless `report_dir=` says otherwise.
 """
 
 import sys
@@ -104,8 +104,8 @@ class SentinelCallback(Callback):
         self._close()
 
     def on_exception(self, trainer, pl_module, exception):
-        # The open batch ends with the exception (under DDP this rank says it leaves, so the others
-        # stop instead of waiting for it); what the watchdog found is on the exception already.
+        # The open batch ends under the exception, which goes on (nothing found is raised over
+        # it; the sentinel's own error carries its report), and the watchdog closes.
         exc = (type(exception), exception, exception.__traceback__)
         evaluation, self._evaluation = self._evaluation, None
         if evaluation is not None and self._live():

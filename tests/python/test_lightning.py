@@ -176,11 +176,14 @@ class HugeGradient(pl.Callback):
 
 def test_an_optimizer_state_made_inf_by_a_huge_finite_gradient_is_named_with_its_element(tmp_path):
     module = Net()
-    t = trainer(tmp_path, [SentinelCallback(), HugeGradient(2)])
+    checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_top_k=-1)
+    t = trainer(tmp_path, [checkpoints, SentinelCallback(), HugeGradient(2)], enable_checkpointing=True)
     with pytest.raises(NonFiniteError) as caught:
         quietly(t.fit, module, data(32))
     report = caught.value.report
     assert report.batch_number == 2
+    # Raised at the step's end, before the checkpoint callback (listed first, run last) saved it.
+    assert saved_checkpoints(tmp_path) == ["epoch=0-step=1.ckpt", "epoch=0-step=2.ckpt"]
     assert report.first_nonfinite["tensor"] == "net.0.weight.exp_avg_sq"
     assert report.first_nonfinite["index"] == (1, 2) and report.first_nonfinite["value"] == float("inf")
     assert "net.0.weight.exp_avg_sq[1, 2] = inf" in str(caught.value)
@@ -273,6 +276,14 @@ class DataParallelStrategy(pl.strategies.ParallelStrategy):
         return obj
 
 
+class WrappingStrategy(pl.strategies.SingleDeviceStrategy):
+    """One device, whose model is wrapped in DataParallel when fitting starts."""
+
+    def setup(self, trainer):
+        super().setup(trainer)
+        self.model = torch.nn.DataParallel(self.model)
+
+
 def test_bad_input_unknown_options_and_a_strategy_it_cannot_watch_get_clear_errors(tmp_path):
     with pytest.raises(TypeError, match="max_frame_to_save, no_such_option"):
         SentinelCallback(no_such_option=1, max_frame_to_save=3)
@@ -281,4 +292,9 @@ def test_bad_input_unknown_options_and_a_strategy_it_cannot_watch_get_clear_erro
     with pytest.raises(ValueError, match="DataParallelStrategy is not a strategy it watches") as caught:
         quietly(t.fit, module, data(8))
     assert "setup" in [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert module.training_steps_run == 0
+    module = Net()
+    t = trainer(tmp_path, [SentinelCallback()], strategy=WrappingStrategy("cpu"))
+    with pytest.raises(ValueError, match="replicated by DataParallel"):
+        quietly(t.fit, module, data(8))
     assert module.training_steps_run == 0

@@ -24,6 +24,7 @@ from lightning.pytorch.strategies import (DDPStrategy, DeepSpeedStrategy, FSDPSt
                                           SingleDeviceStrategy, SingleDeviceXLAStrategy, XLAStrategy)
 
 from . import DebugUnderflowOverflow, option_names
+from ._hooks import first_tensor_with_grad
 
 __all__ = ["SentinelCallback"]
 
@@ -72,6 +73,8 @@ class SentinelCallback(Callback):
         self._step = None  # the training step's open batch
         self._stepped = False  # whether its optimizer has stepped (it ends at on_train_batch_end)
         self._evaluation = None  # a validation, test or prediction batch's open batch
+        self._root_backward = False  # whether the watchdog follows this backward from the model's own call
+        self._root_hook = None
 
     # ---- the run -------------------------------------------------------------------------------
 
@@ -95,6 +98,7 @@ class SentinelCallback(Callback):
         self.watch._hold_to_step_end = True
         for optimizer in trainer.optimizers:
             self.watch.watch_optimizer(optimizer)
+        self._root_hook = pl_module.register_forward_hook(self._note_root_call)
 
     def on_fit_start(self, trainer, pl_module):
         self._start(trainer, pl_module)
@@ -114,6 +118,9 @@ class SentinelCallback(Callback):
         self._close()
 
     def _close(self):
+        if self._root_hook is not None:
+            self._root_hook.remove()
+            self._root_hook = None
         if self.watch is not None:
             self.watch.close()
 
@@ -126,13 +133,22 @@ class SentinelCallback(Callback):
         if self._step is None and self._live():  # (else a micro-batch of the open step)
             self._step = self._open(trainer, None)
             self._stepped = False
+        self._root_backward = False  # (a call before the training batch is not its forward)
+
+    def _note_root_call(self, module, args, output):
+        # A call of the LightningModule itself (DDP's, or `self(x)` in training_step): the watchdog
+        # then follows the backward through what it returned already.
+        if first_tensor_with_grad(output) is not None:
+            self._root_backward = True
 
     def on_before_backward(self, trainer, pl_module, loss):
         # The parameters' gradients are checked when the backward ends, before DDP's all-reduce
         # writes them (its callback comes after this one's): what the all-reduce brings in is then
-        # told from what this rank made, at the step's end.
-        if self._step is not None:
+        # told from what this rank made, at the step's end. Once a backward: a second check would
+        # read them again and close the step's FP8 statistics twice.
+        if self._step is not None and not self._root_backward:
             self.watch._watch_backward(loss)
+        self._root_backward = False
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         # The step's forwards and backwards are done: the ranks meet, and what was found is raised

@@ -227,6 +227,45 @@ def test_the_watched_run_trains_as_the_unwatched_one(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(unwatched.parameters(), watched.parameters()))
 
 
+class CallsItself(Net):
+    """Its training_step calls the LightningModule itself (`self(x)`), as DDP's wrapper does."""
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+
+class GradientChecks(pl.Callback):
+    """Counts the watchdog's checks of the gradients, one list entry per backward."""
+
+    def __init__(self, sentinel):
+        self.sentinel, self.per_backward = sentinel, []
+
+    def on_fit_start(self, trainer, pl_module):
+        w = self.sentinel.watch
+        after_backward = w._after_backward
+
+        def counted():
+            self.per_backward[-1] += 1
+            after_backward()
+
+        w._after_backward = counted
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self.per_backward.append(0)
+
+
+@pytest.mark.parametrize("module", [Net, CallsItself])
+def test_the_gradients_are_checked_once_a_backward_whether_or_not_the_step_calls_the_module_itself(tmp_path, module):
+    sentinel = SentinelCallback()
+    checks = GradientChecks(sentinel)
+    quietly(trainer(tmp_path, [sentinel, checks], accumulate_grad_batches=2, max_steps=2).fit, module(), data(32))
+    assert checks.per_backward == [1, 1, 1, 1]
+
+
 class Predicting(Net):
     def forward(self, x):
         return self.net(x)

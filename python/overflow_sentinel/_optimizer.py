@@ -42,8 +42,12 @@ def name_gradient_norm(error):
     `report.gradient_norm_nonfinite`, and the message."""
     report = error.report
     trigger = report.trigger if report is not None else None
+    # (Outside the model's modules: the training loop's, or inside the optimizer's step, where
+    # Lightning clips in the closure it hands the optimizer.)
+    outside_modules = trigger is not None and (trigger.attribution == "model_root"
+                                               or trigger.module_path.startswith("Optimizer.step#"))
     if (trigger is None or trigger.direction != "forward" or trigger.op.split(".")[0] not in _NORM_OPS
-            or trigger.attribution != "model_root" or not report.produced_here):
+            or not outside_modules or not report.produced_here):
         return
     report.gradient_norm_nonfinite = True
     error.args = (f"{error.args[0]}; the total gradient norm at clipping is non-finite (from finite gradients): "

@@ -83,8 +83,11 @@ std::shared_ptr<SessionAnchor> last_batch_session_in_process() {
 
 bool is_machinery_scope(const char* name) {
   // FSDP2 (fully_shard) names each step of its work "FSDP::…": pre_forward, all_gather,
-  // post_backward_reduce, root_post_backward_callback.
-  return std::strncmp(name, "FSDP::", 6) == 0;
+  // post_backward_reduce, root_post_backward_callback. torch.optim names a step
+  // "Optimizer.step#AdamW.step": the optimizer's own ops, and whatever a closure it calls runs
+  // outside the model's modules (Lightning's training step, its backward and its clipping), are
+  // the training loop's, judged as they are outside any scope.
+  return std::strncmp(name, "FSDP::", 6) == 0 || std::strncmp(name, "Optimizer.step#", 15) == 0;
 }
 
 }  // namespace capture

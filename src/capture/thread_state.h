@@ -26,8 +26,8 @@ namespace capture {
 struct ScopeEntry {
   std::string name;                           // a named scope ("gate", RECORD_USER_SCOPE's name)
   const torch::nn::Module* module = nullptr;  // or a module scope
-  // PyTorch's own machinery (FSDP's all-gathers, casts and reduce-scatters): it moves the model's
-  // values, makes none of them, and nothing it makes non-finite is the model's to tolerate.
+  // PyTorch's own machinery (FSDP's all-gathers, casts and reduce-scatters; an optimizer's step):
+  // it makes none of the model's values, and nothing it makes non-finite is the model's to tolerate.
   bool machinery = false;
 };
 

@@ -194,8 +194,6 @@ def test_an_optimizer_state_made_inf_by_a_huge_finite_gradient_is_named_with_its
     assert "on_train_batch_end" in raised_in, raised_in
 
 
-@pytest.mark.xfail(strict=True, reason="Lightning clips inside optimizer.step(closure), in the optimizer's profiler "
-                   "scope, where the place rule tolerates an inf norm that clipping consumes (gradients times 0)")
 def test_with_clipping_a_non_finite_gradient_norm_is_named_at_the_steps_end(tmp_path):
     # Lightning clips after on_before_optimizer_step, inside the optimizer's closure: the norm of
     # two gradients of 3e38 is beyond float32 (the oracle: torch's own norm of them), and the step

@@ -56,6 +56,15 @@ def option_names():
     return sorted(_native.option_names())
 
 
+def _refuse_unknown_options(options, who):
+    """A front end's keyword arguments are the watchdog's options: any other is a TypeError that
+    names it."""
+    unknown = sorted(set(options) - set(option_names()) - {"config", "callback"})
+    if unknown:
+        raise TypeError(f"overflow_sentinel: {who} got options that do not exist: {', '.join(unknown)} "
+                        f"(overflow_sentinel.option_names() lists them)")
+
+
 def _compiled_modules(model):
     """Modules whose ops may run fused, where no callback sees them one by one."""
     found = []

@@ -23,7 +23,7 @@ from lightning.pytorch import Callback
 from lightning.pytorch.strategies import (DDPStrategy, DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy,
                                           SingleDeviceStrategy, SingleDeviceXLAStrategy, XLAStrategy)
 
-from . import DebugUnderflowOverflow, option_names
+from . import DebugUnderflowOverflow, _refuse_unknown_options
 from ._hooks import first_tensor_with_grad
 
 __all__ = ["SentinelCallback"]
@@ -64,10 +64,7 @@ class SentinelCallback(Callback):
     current run (closed when the run ends, its report on the exception and on disk)."""
 
     def __init__(self, **options):
-        unknown = sorted(set(options) - set(option_names()) - {"config", "callback"})
-        if unknown:
-            raise TypeError(f"overflow_sentinel: SentinelCallback got options that do not exist: {', '.join(unknown)} "
-                            f"(overflow_sentinel.option_names() lists them)")
+        _refuse_unknown_options(options, "SentinelCallback")
         self._options = options
         self.watch = None
         self._step = None  # the training step's open batch

@@ -22,7 +22,7 @@ import transformers
 from transformers.debug_utils import DebugUnderflowOverflow as _HfDebugUnderflowOverflow
 from transformers.training_args import ParallelMode
 
-from . import DebugUnderflowOverflow, option_names
+from . import DebugUnderflowOverflow, _refuse_unknown_options
 
 __all__ = ["SentinelCallback"]
 
@@ -32,10 +32,7 @@ class SentinelCallback(transformers.TrainerCallback):
     (overflow_sentinel.option_names()). `callback.watch` is the watchdog of the current run."""
 
     def __init__(self, **options):
-        unknown = sorted(set(options) - set(option_names()) - {"config", "callback"})
-        if unknown:
-            raise TypeError(f"overflow_sentinel: SentinelCallback got options that do not exist: {', '.join(unknown)} "
-                            f"(overflow_sentinel.option_names() lists them)")
+        _refuse_unknown_options(options, "SentinelCallback")
         self._options = options
         self.watch = None
         self._step = None

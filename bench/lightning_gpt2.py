@@ -23,7 +23,6 @@ import contextlib
 import io
 import logging
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -37,9 +36,8 @@ import transformers  # noqa: E402
 from transformers.debug_utils import DebugUnderflowOverflow as HfDebugUnderflowOverflow  # noqa: E402
 
 from overflow_sentinel.lightning import SentinelCallback  # noqa: E402
-from trainer_gpt2 import BATCH, HEADS, LAYERS, MODEL, SEQ, Turns, dataset, model  # noqa: E402
+from trainer_gpt2 import BATCH, HEADS, LAYERS, MODEL, SEQ, Turns, measure, model, print_results  # noqa: E402
 
-CASES = ("unwatched", "sentinel", "hf")
 logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # each fit's "stopped: max_steps reached"
 
 
@@ -133,29 +131,11 @@ def main():
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
-    data = dataset(BATCH * args.steps)
-    ratios = {case: [] for case in CASES[1:]}
-    seconds = {case: [] for case in CASES}
-    optimizer_seconds = {case: [] for case in CASES}
     with tempfile.TemporaryDirectory() as root:
-        for round_index in range(args.rounds):
-            order = CASES[round_index % 3:] + CASES[:round_index % 3]
-            took = one_round(order, args.steps, data, root)
-            for case in CASES:
-                seconds[case] += took[case][0]
-                optimizer_seconds[case] += took[case][1]
-            for case in CASES[1:]:
-                ratios[case] += [w / u for w, u in zip(took[case][0], took["unwatched"][0])]
-    print(f"Lightning {lightning.__version__}, GPT-2 {LAYERS} layers d_model {MODEL} {HEADS} heads, "
-          f"batch {BATCH} x {SEQ}, {args.rounds} rounds of {args.steps} steps, {len(ratios['sentinel'])} turns, "
-          f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads")
-    print(f"  unwatched: {statistics.median(seconds['unwatched']) * 1000:.1f} ms per step (median)")
-    print("  clipping + optimizer step + step end (median ms): " +
-          ", ".join(f"{case} {statistics.median(optimizer_seconds[case]) * 1000:.2f}" for case in CASES))
-    for case in CASES[1:]:
-        q = statistics.quantiles(ratios[case], n=4)
-        print(f"  {case:9s}: {statistics.median(seconds[case]) * 1000:.1f} ms per step, "
-              f"ratio to unwatched median {statistics.median(ratios[case]):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f})")
+        results = measure(one_round, args.rounds, args.steps, root)
+    print_results(f"Lightning {lightning.__version__}, GPT-2 {LAYERS} layers d_model {MODEL} {HEADS} heads, "
+                  f"batch {BATCH} x {SEQ}, {args.rounds} rounds of {args.steps} steps",
+                  "clipping + optimizer step + step end", *results)
 
 
 if __name__ == "__main__":

@@ -150,35 +150,45 @@ def start_in_turns(order, turns, clocks, threads, errors, steps, data, output_di
     turns.pass_on(order[-1])  # the first case's turn
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args()
-    data = dataset(BATCH * args.steps)
+def measure(one_round, rounds, steps, root):
+    """Runs `rounds` rounds of `one_round(order, steps, data, root)`, the cases' order rotating:
+    {case: step seconds}, {case: optimizer seconds}, {watched case: per-turn ratios to unwatched}."""
+    data = dataset(BATCH * steps)
     ratios = {case: [] for case in CASES[1:]}
     seconds = {case: [] for case in CASES}
     optimizer_seconds = {case: [] for case in CASES}
-    with tempfile.TemporaryDirectory() as output_dir:
-        for round_index in range(args.rounds):
-            order = CASES[round_index % 3:] + CASES[:round_index % 3]
-            took = one_round(order, args.steps, data, output_dir)
-            for case in CASES:
-                seconds[case] += took[case][0]
-                optimizer_seconds[case] += took[case][1]
-            for case in CASES[1:]:
-                ratios[case] += [w / u for w, u in zip(took[case][0], took["unwatched"][0])]
-    print(f"Trainer, GPT-2 {LAYERS} layers d_model {MODEL}, batch {BATCH} x {SEQ}, {args.rounds} rounds of "
-          f"{args.steps} steps, {len(ratios['sentinel'])} turns, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads")
+    for round_index in range(rounds):
+        order = CASES[round_index % 3:] + CASES[:round_index % 3]
+        took = one_round(order, steps, data, root)
+        for case in CASES:
+            seconds[case] += took[case][0]
+            optimizer_seconds[case] += took[case][1]
+        for case in CASES[1:]:
+            ratios[case] += [w / u for w, u in zip(took[case][0], took["unwatched"][0])]
+    return seconds, optimizer_seconds, ratios
+
+
+def print_results(header, optimizer_label, seconds, optimizer_seconds, ratios):
+    print(f"{header}, {len(ratios['sentinel'])} turns, torch {torch.__version__}, "
+          f"transformers {transformers.__version__}, {torch.get_num_threads()} threads")
     print(f"  unwatched: {statistics.median(seconds['unwatched']) * 1000:.1f} ms per step (median)")
-    print("  optimizer step (median ms): " +
+    print(f"  {optimizer_label} (median ms): " +
           ", ".join(f"{case} {statistics.median(optimizer_seconds[case]) * 1000:.2f}" for case in CASES))
     for case in CASES[1:]:
         q = statistics.quantiles(ratios[case], n=4)
         print(f"  {case:9s}: {statistics.median(seconds[case]) * 1000:.1f} ms per step, "
               f"ratio to unwatched median {statistics.median(ratios[case]):.3f} (quartiles {q[0]:.3f}-{q[2]:.3f})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as output_dir:
+        results = measure(one_round, args.rounds, args.steps, output_dir)
+    print_results(f"Trainer, GPT-2 {LAYERS} layers d_model {MODEL}, batch {BATCH} x {SEQ}, {args.rounds} rounds of "
+                  f"{args.steps} steps", "optimizer step", *results)
 
 
 if __name__ == "__main__":

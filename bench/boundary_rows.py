@@ -34,7 +34,6 @@ import argparse
 import copy
 import math
 import os
-import random
 import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,30 +44,10 @@ import transformers  # noqa: E402
 import overflow_sentinel  # noqa: E402
 from overflow_sentinel import _native  # noqa: E402
 from make_bench_models import Encoder  # noqa: E402
-from python_eager import BATCH, FEED_FORWARD, HEADS, LAYERS, MODEL, SEQ, ModeThread  # noqa: E402
+from python_eager import BATCH, FEED_FORWARD, HEADS, LAYERS, MODEL, SEQ, timed_rounds  # noqa: E402
 
 ROWS = ("unwatched", "control", "hooks", "+outputs", "+gradients", "+optimizer", "exact")
 GPT2_LAYERS, VOCAB = 4, 1000
-
-
-def timed_rounds(cases, step, rounds):
-    """{case: [seconds]}: each round runs `step` once on every case, each on its own thread, in a
-    shuffled order; one untimed step of each first."""
-    threads = {name: ModeThread() for name in cases}
-    times = {name: [] for name in cases}
-    order = list(cases)
-    shuffle = random.Random(0).shuffle
-    try:
-        for name in order:
-            threads[name].timed(lambda: step(cases[name]))
-        for _ in range(rounds):
-            shuffle(order)
-            for name in order:
-                times[name].append(threads[name].timed(lambda: step(cases[name])))
-    finally:
-        for thread in threads.values():
-            thread.close()
-    return times
 
 
 def tensors_in(value, found, depth=0):
@@ -147,7 +126,7 @@ def median_interval(ratios, confidence=0.95):
 def measure(name, make, loss_of, rounds):
     base = make()
     cases = {row: Rows(copy.deepcopy(base), row) for row in ROWS}
-    times = timed_rounds(cases, lambda case: case.step(loss_of), rounds)
+    times = timed_rounds(cases, lambda case: case.step(loss_of), rounds, warm_up=True, shuffled=True)
     print(f"{name}: {rounds} rounds")
     print(f"  {'case':<11} {'median ms':>9} {'ratio':>7}  95% interval   width")
     for row in ROWS:
@@ -177,7 +156,7 @@ def per_module_call(rounds, calls=256):
         with torch.no_grad():
             model(x)
 
-    times = timed_rounds(stacks, forward, rounds)
+    times = timed_rounds(stacks, forward, rounds, warm_up=True, shuffled=True)
     base = statistics.median(times["none"])
     print(f"per module call ({calls} Linear(8, 8), batch 1; {rounds} rounds): a call alone "
           f"{base / calls * 1e6:.1f} µs")

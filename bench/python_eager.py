@@ -15,6 +15,7 @@ the medians and quartiles over the rounds are printed.
 import argparse
 import copy
 import queue
+import random
 import statistics
 import threading
 import time
@@ -80,19 +81,24 @@ class ModeThread:
         self._thread.join()
 
 
-def timed_rounds(models, step, rounds, warm_up=False):
+def timed_rounds(models, step, rounds, warm_up=False, shuffled=False):
     """{mode: [seconds]}: each round runs `step` on every model back to back, each model on a
-    thread of its own, in a rotating order (no mode always runs first); with `warm_up`, one step
-    of each first, untimed."""
+    thread of its own, in a rotating order (no mode always runs first), or with `shuffled` in an
+    order shuffled anew each round (no mode always follows the same one either); with `warm_up`,
+    one step of each first, untimed."""
     threads = {mode: ModeThread() for mode in models}
     times = {mode: [] for mode in models}
     order = list(models)
+    shuffle = random.Random(0).shuffle
     try:
         if warm_up:
             for mode in order:
                 threads[mode].timed(lambda: step(models[mode]))
         for _ in range(rounds):
-            order = order[1:] + order[:1]
+            if shuffled:
+                shuffle(order)
+            else:
+                order = order[1:] + order[:1]
             for mode in order:
                 times[mode].append(threads[mode].timed(lambda: step(models[mode])))
     finally:

@@ -45,10 +45,11 @@ def _load_native():
 _native = _load_native()
 from ._errors import AbortAfterBatch, Fp8AlarmError, NonFiniteError, RanksMissingError, SentinelError
 from ._report import Entry, Frame, Record, Report
+from .compare import compare
 
 __version__ = _native.__version__
 __all__ = ["DebugUnderflowOverflow", "Watch", "watch", "watch_steps", "Report", "Frame", "Entry", "SentinelError",
-           "NonFiniteError", "Fp8AlarmError", "RanksMissingError", "AbortAfterBatch", "option_names"]
+           "NonFiniteError", "Fp8AlarmError", "RanksMissingError", "AbortAfterBatch", "option_names", "compare"]
 
 
 def option_names():

@@ -239,7 +239,7 @@ def _check_runs(reference, candidate, inputs, cand_inputs, pairs, context, seed,
             if not torch.equal(first, again):
                 findings.append("repeatability: the candidate gave another output on the same inputs and seed "
                                 f"(largest difference {float((first.double() - again.double()).abs().max()):.3e}): "
-                                "something random or nondeterministic runs in it, and may make a false difference")
+                                "something stateful, random or nondeterministic runs in it, and may make a false difference")
             else:
                 findings.append("repeatability: the candidate repeats its output bit for bit on the same inputs and seed")
     return shapes

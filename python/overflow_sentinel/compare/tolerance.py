@@ -83,22 +83,25 @@ def _scale(reference, range_relative):
     """What an error is relative to: the reference's RMS, or its largest magnitude."""
     if reference.numel() == 0:
         return 1.0
-    value = reference.abs().max() if range_relative else reference.pow(2).mean().sqrt()
+    value = reference.abs().max() if range_relative else \
+        torch.linalg.vector_norm(reference) / math.sqrt(reference.numel())
     value = float(value)
     return value if value > 0 else 1.0
+
+
+def _float64(value, reference):
+    value = value.detach().to(torch.float64)
+    return value, reference.detach().to(device=value.device, dtype=torch.float64)
 
 
 def error(value, reference, range_relative=False):
     """The one number a boundary is judged by: RMSE of value against the float64 reference,
     relative to the reference's RMS (or range). Both are read in float64."""
-    value = value.detach().to(torch.float64)
-    reference = reference.detach().to(device=value.device, dtype=torch.float64)
+    value, reference = _float64(value, reference)
     if value.numel() == 0:
         return 0.0
-    diff = value - reference
-    if not torch.isfinite(diff).all():
-        return math.inf
-    return float(diff.pow(2).mean().sqrt()) / _scale(reference, range_relative)
+    rmse = float(torch.linalg.vector_norm(value - reference)) / math.sqrt(value.numel())
+    return rmse / _scale(reference, range_relative) if math.isfinite(rmse) else math.inf
 
 
 def metrics(value, reference, tolerance, range_relative=False):
@@ -106,33 +109,37 @@ def metrics(value, reference, tolerance, range_relative=False):
     error, cosine, the share of elements within `tolerance` (read as the judged error's per-element
     bound: tolerance times the reference's scale) and the element with the largest error, with
     both its values."""
-    value = value.detach().to(torch.float64)
-    reference = reference.detach().to(device=value.device, dtype=torch.float64)
+    value, reference = _float64(value, reference)
     n = value.numel()
     if n == 0:
         return {"elements": 0, "error": 0.0}
-    diff = (value - reference).abs()
-    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
-    scale = _scale(reference, range_relative)
+    diff = (value - reference).abs_()
+    rmse = float(torch.linalg.vector_norm(diff)) / math.sqrt(n)
+    finite = math.isfinite(rmse)
+    if not finite:
+        diff = torch.nan_to_num(diff, nan=math.inf)
+        rmse = math.inf
     rms = _scale(reference, False)
+    scale = _scale(reference, True) if range_relative else rms
+    worst = int(diff.reshape(-1).argmax())
+    index = [int(i) for i in torch.unravel_index(torch.tensor(worst), value.shape)] if value.dim() else []
     # Relative error per element, with values far below the tensor's RMS read against the RMS:
     # a reference element near zero would otherwise make any error look infinite.
-    relative = diff / reference.abs().clamp_min(rms * 2.0 ** -10)
-    worst = int(diff.reshape(-1).argmax())
-    index = list(torch.unravel_index(torch.tensor(worst), value.shape)) if value.dim() else []
-    finite = torch.isfinite(diff).all()
-    rmse = float((value - reference).pow(2).mean().sqrt()) if finite else math.inf
-    dot = float((value * reference).sum()) if finite else math.nan
-    norms = float(value.norm() * reference.norm()) if finite else math.nan
+    max_rel = float((diff / reference.abs().clamp_min(rms * 2.0 ** -10)).max())
+    if finite:
+        norms = float(torch.linalg.vector_norm(value)) * rms * math.sqrt(n)
+        cosine = float(torch.dot(value.reshape(-1), reference.reshape(-1))) / norms if norms else 1.0
+    else:
+        cosine = math.nan
     return {
         "elements": n,
         "error": rmse / scale,
-        "max_abs": float(diff.max()),
-        "max_rel": float(relative.max()),
+        "max_abs": float(diff.reshape(-1)[worst]),
+        "max_rel": max_rel,
         "rmse": rmse,
-        "cosine": dot / norms if norms and math.isfinite(norms) else (1.0 if finite else math.nan),
-        "within": float((diff <= tolerance * scale).double().mean()),
-        "worst": {"index": [int(i) for i in index],
+        "cosine": cosine,
+        "within": int((diff <= tolerance * scale).sum()) / n,
+        "worst": {"index": index,
                   "candidate": float(value.reshape(-1)[worst]),
                   "reference": float(reference.reshape(-1)[worst])},
     }

@@ -4,9 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <ostream>
 
 #include "cli/run_command.h"
+#include "report/compare_report.h"
 #include "report/html_report.h"
 #include "report/json_read.h"
 #include "report/trace_diff.h"
@@ -23,9 +25,26 @@ void write_file(const std::string& path, const std::string& content) {
   if (!f || !(f << content) || !f.flush()) throw InputError("sentinel: cannot write '" + path + "'");
 }
 
+// A compare's report (overflow_sentinel.compare, `"kind": "compare"`) is rendered as such; any
+// other JSON is read as a watchdog's report.
+bool render_compare(const std::string& path, const std::string& html_out, bool text, std::ostream& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  const std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!report::is_compare_json(content)) return false;
+  const report::CompareReport compare = report::parse_compare_json(content, path);
+  if (text || html_out.empty()) out << report::render_compare_text(compare);
+  if (!html_out.empty()) {
+    write_file(html_out, report::render_compare_html(compare));
+    out << "wrote " << html_out << "\n";
+  }
+  return true;
+}
+
 }  // namespace
 
 int render_report(const std::string& path, const std::string& html_out, bool text, std::ostream& out) {
+  if (render_compare(path, html_out, text, out)) return kClean;
   const Report report = report::read_report_file(path);
   if (text || html_out.empty()) out << render_text(report);
   if (!html_out.empty()) {

@@ -3,6 +3,7 @@
 after mapping, inputs a model rejects), its report forms (verdict line, text, JSON, HTML, what is on
 one side only and a suggested mapping), its memory cap and its pre-flight findings."""
 
+import html
 import json
 import os
 import re
@@ -161,3 +162,29 @@ def test_preflight_names_a_candidate_that_does_not_repeat_itself(reference):
     port.model.norm.register_forward_hook(stateful)
     result = run(reference, port, backward=False)
     assert any(f.startswith("repeatability: the candidate gave another output") for f in result.findings)
+
+
+def test_sentinel_report_renders_a_compares_json(reference, tmp_path):
+    import pathlib
+    import subprocess
+    cli = pathlib.Path(overflow_sentinel.__file__).resolve().parents[2] / "sentinel"
+    if not cli.exists():
+        pytest.skip(f"the sentinel tool is not built beside the module ({cli})")
+    bugs = lambda i: ("detached_residual",) if i == 1 else ()  # noqa: E731
+    result = run(reference, lp.port_of(reference, bugs), report=str(tmp_path / "c.json"))
+    shown = subprocess.run([str(cli), "report", str(tmp_path / "c.json"), "--text", "--html", str(tmp_path / "c.html")],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == result.verdict
+    assert lines[0].startswith("diverges: backward at model.layers.1 <-> model.layers.1: input gradient")
+    assert [line.split()[0] for line in lines if line.startswith(">>")] == [">>model.layers.1"]
+    assert "reference only: model.layers.0.mlp.act_fn" in shown.stdout
+    page = (tmp_path / "c.html").read_text()
+    assert page.count('class="first"') == 1 and html.escape(result.verdict, quote=False) in page
+    # A compare's JSON with a key missing is named by the key.
+    saved = json.loads((tmp_path / "c.json").read_text())
+    del saved["rows"][2]["matched_by"]
+    (tmp_path / "bad.json").write_text(json.dumps(saved))
+    bad = subprocess.run([str(cli), "report", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert bad.returncode == 4 and "rows[2].matched_by: missing" in bad.stderr, bad.stderr

@@ -4,20 +4,20 @@ gate/up, [seq, batch, hidden]), float32 on the CPU.
 
 Time: rounds in turns (plain reference + candidate forward; the same with backward; compare), the
 order rotating each round; the median of each and the ratios. Memory: each case once in a fresh
-process, its peak resident set (ru_maxrss) over the process's resident set before it, and the
-compare's own peak of float64 reference tensors held in memory (the models are built, and the
-package imported, before the resident set is read).
+process, the peak of its resident set (sampled every 2 ms from /proc/self/statm) over the resident
+set before it (the models built, the package imported), and the compare's own peak of float64
+reference tensors held in memory and the bytes it spilled to disk past its cap.
 
-    scripts/python.sh bench/compare_cost.py [--rounds 7] [--layers 4] [--hidden 256] [--seq 256] [--batch 4]
+    scripts/python.sh bench/compare_cost.py [--rounds 7] [--layers 4] [--hidden 256] [--seq 256] [--batch 4] [--threads 1]
 """
 
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,10 +56,16 @@ def cases(args):
     return {"plain forward": plain_forward, "plain forward+backward": plain_backward, "compare": compare}
 
 
+def rss_mib():
+    """The process's resident set now (/proc/self/statm), in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
 def memory(args, case):
     """The case's peak resident set over the process's before it, in a fresh process."""
     out = subprocess.run([sys.executable, __file__, "--memory-of", case] + [f"--{k}={getattr(args, k)}" for k in
-                         ("layers", "hidden", "seq", "batch")], capture_output=True, text=True, check=True)
+                         ("layers", "hidden", "seq", "batch", "threads")], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -70,16 +76,29 @@ def main():
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads (1, as the project's other benchmarks: steadier beside other work)")
     parser.add_argument("--memory-of")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     if args.memory_of:
         run = cases(args)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        before = rss_mib()
+        peak = [before]
+        done = threading.Event()
+
+        def sample():
+            while not done.wait(0.002):
+                peak[0] = max(peak[0], rss_mib())
+        sampler = threading.Thread(target=sample)
+        sampler.start()
         result = run[args.memory_of]()
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        held = result.memory["peak_bytes_in_memory"] if hasattr(result, "memory") else 0
-        print(json.dumps({"peak_rss_growth_mib": (after - before) / 1024, "rss_before_mib": before / 1024,
-                          "reference_tensors_held_mib": held / 2 ** 20}))
+        done.set()
+        sampler.join()
+        held = result.memory if hasattr(result, "memory") else {}
+        print(json.dumps({"peak_rss_growth_mib": round(peak[0] - before, 1), "rss_before_mib": round(before, 1),
+                          "reference_tensors_held_mib": round(held.get("peak_bytes_in_memory", 0) / 2 ** 20, 1),
+                          "spilled_mib": round(held.get("bytes_spilled", 0) / 2 ** 20, 1)}))
         return
     run = cases(args)
     names = list(run)

@@ -67,6 +67,15 @@ def test_a_low_precision_port_agrees_with_its_float32_reference(reference, dtype
     assert worst > 100 * FLOOR["float32"]     # the port's own rounding is there, and forgiven
 
 
+def test_a_port_under_autocast_is_judged_in_autocasts_precision(reference):
+    result = run(reference, lp.port_of(reference), ids(16), autocast=torch.bfloat16)
+    assert result.agree, result.text
+    assert result.tolerance.format == "bfloat16" and result.precision["autocast"] == "bfloat16"
+    bugs = lambda i: ("transposed_o_proj",) if i == 1 else ()  # noqa: E731
+    buggy = run(reference, lp.port_of(reference, bugs), ids(16), autocast=torch.bfloat16)
+    assert buggy.first["candidate"] == "model.layers.1.attention.o_proj"
+
+
 def test_a_compiled_port_is_compared_at_its_compiled_regions_and_agrees(reference):
     import torch._dynamo
     port = lp.port_of(reference)

@@ -116,6 +116,9 @@ def main():
     for name in names:
         print(f"{name:24} median {medians[name] * 1e3:9.1f} ms   x{medians[name] / medians['plain forward']:6.2f} "
               f"of plain forward   x{medians[name] / medians['plain forward+backward']:6.2f} of plain forward+backward")
+    phases = [run["compare"]().seconds for _ in range(3)]
+    print("compare's phases, median of 3 (s):",
+          {k: round(statistics.median(p[k] for p in phases), 3) for k in phases[0]})
     for name in ("plain forward+backward", "compare"):
         print(f"{name:24} memory {memory(args, name)}")
 

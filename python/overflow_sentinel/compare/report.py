@@ -50,11 +50,12 @@ class CompareResult:
     divergence as a dict, or None), `rows`, `text`, `as_dict()`, `html()`, `write(path)`."""
 
     def __init__(self, pairs, rows, order, first, confirmation, tolerance, only_candidate, only_reference,
-                 suggestions, findings, memory, weights_checked, backward, precision, compiled):
+                 suggestions, findings, memory, weights_checked, backward, precision, compiled, seconds=None):
         self.pairs, self.tolerance = pairs, tolerance
         self.only_candidate, self.only_reference, self.suggestions = only_candidate, only_reference, suggestions
         self.findings, self.memory, self.weights_checked = findings, memory, weights_checked
         self.precision, self.compiled, self.backward_run = precision, compiled, backward
+        self.seconds = seconds or {}     # each phase's wall time: where a compare's cost goes
         self.order = [k for k in order if k in rows]
         self.rows = [self._row(rows[k]) for k in self.order]
         self.first = None
@@ -125,7 +126,7 @@ class CompareResult:
                        "compared": p.compared, "note": p.note} for p in self.pairs],
             "only_candidate": self.only_candidate, "only_reference": self.only_reference,
             "suggestions": self.suggestions, "preflight": self.findings, "memory": self.memory,
-            "weights_checked": self.weights_checked, "compiled": self.compiled,
+            "weights_checked": self.weights_checked, "compiled": self.compiled, "seconds": self.seconds,
         })
 
     @property
@@ -155,6 +156,7 @@ class CompareResult:
         for f in self.findings:
             lines.append(f"pre-flight: {f}")
         lines.append(f"memory: {self.memory}")
+        lines.append(f"seconds: {self.seconds}")
         return "\n".join(lines) + "\n"
 
     def __str__(self):

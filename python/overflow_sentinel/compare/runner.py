@@ -5,6 +5,7 @@ reference's input; then the backward, seeded alike on both sides, judged once th
 
 import contextlib
 import copy
+import time
 
 import torch
 
@@ -159,14 +160,22 @@ def compare(reference, candidate, inputs, mapping=None, *, candidate_inputs=None
     store = SpillStore(memory_cap_bytes, spill_dir)
     names = [list(dict(mapping_.candidate_modules(candidate)[0][p.candidate].named_parameters(recurse=False)))
              for p in pairs]
+    seconds, clock = {}, [time.perf_counter()]
+
+    def lap(name):
+        now = time.perf_counter()
+        seconds[name] = round(now - clock[0], 4)
+        clock[0] = now
     try:
         with preflight.settled(reference, candidate, findings):
             shapes = _check_runs(reference, candidate, inputs, cand_inputs, pairs, context, seed,
                                  check_repeatable, findings)
+            lap("pre-flight runs")
             ref64 = _copy_in(reference, torch.float64, every_buffer=True)
             oracle = _Side("reference in float64", ref64, _cast_inputs(inputs, torch.float64), Float64Everywhere)
             gradient = _run_reference(oracle, pairs, names, seed, backward, lambda k, t: store.put(k, t.double()),
                                       None)
+            lap("reference in float64")
             baseline_model = _copy_in(reference, cand_dtype, every_buffer=False)
             if recipe is not None:
                 recipes.apply_recipe(baseline_model, recipe)
@@ -179,10 +188,12 @@ def compare(reference, candidate, inputs, mapping=None, *, candidate_inputs=None
                 if reference_value is not None:
                     baseline[key] = error(value, reference_value, tolerance.range_relative)
             _run_reference(base_side, pairs, names, seed, backward, judge_baseline, gradient)
+            lap("baseline")
             del ref64, baseline_model, oracle, base_side
             rows, order, first, confirmation = _run_candidate(
                 _Side("candidate", candidate, cand_inputs, context), pairs, names, store, baseline, tolerance,
                 seed, backward, gradient, seed_transform, shapes)
+            lap("candidate")
     finally:
         store_info = store.as_dict()
         store.close()
@@ -194,7 +205,7 @@ def compare(reference, candidate, inputs, mapping=None, *, candidate_inputs=None
         precision={"dtype": str(cand_dtype).replace("torch.", ""),
                    "autocast": str(autocast).replace("torch.", "") if autocast is not None else None,
                    "recipe": recipe},
-        compiled={"boundaries": sorted(boundaries), "inside": len(inside)})
+        compiled={"boundaries": sorted(boundaries), "inside": len(inside)}, seconds=seconds)
     if report is not None:
         result.write(report)
     return result

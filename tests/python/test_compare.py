@@ -92,15 +92,20 @@ def test_a_compiled_port_is_compared_at_its_compiled_regions_and_agrees(referenc
     assert not torch._dynamo.utils.counters["graph_break"]
 
 
-def test_an_mxfp8_port_is_judged_by_its_recipes_tolerance():
+@pytest.mark.parametrize("recipe,fmt", [("mxfp8", "e4m3"), ("mxfp4", "fp4")])
+def test_a_block_scaled_port_is_judged_by_its_recipes_tolerance(recipe, fmt):
     reference = lp.in_dtype(lp.llama(), torch.bfloat16)
-    port = apply_recipe(lp.port_of(reference, dtype=torch.bfloat16), "mxfp8")
-    result = run(reference, port, ids(32), recipe="mxfp8")
+    port = apply_recipe(lp.port_of(reference, dtype=torch.bfloat16), recipe)
+    result = run(reference, port, ids(32), recipe=recipe)
     assert result.agree, result.text
-    assert result.tolerance.format == "e4m3" and result.tolerance.metric == "range-relative RMSE"
+    assert result.tolerance.format == fmt and result.tolerance.metric == "range-relative RMSE"
     # Judged as a plain bfloat16 port, the casts' own error is a divergence at the first cast GEMM.
     plain = run(reference, port, ids(32))
     assert not plain.agree and plain.first["candidate"] == "model.layers.0.attention.qkv"
+
+
+def test_rope_angles_in_bfloat16_from_position_512_leave_shorter_sequences_alone(reference):
+    assert run(reference, lp.port_of(reference, lambda i: ("rope_bf16",)), ids(16)).agree
 
 
 # The planted bugs: (name, the layers that have it, sequence length, the module compare must name,

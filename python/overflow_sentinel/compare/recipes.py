@@ -4,9 +4,9 @@ judged against what the recipe costs the reference's own code.
 
 The casts follow the OCP MX specification v1.0: blocks of 32 consecutive elements along the last
 dimension share one E8M0 scale 2^(floor(log2(amax)) - emax), emax being the element format's
-largest exponent (8 for E4M3, 15 for E5M2); each element is x / scale rounded to nearest even in
-the element format, saturated at its largest finite value. torch's own float8 dtypes do the
-element rounding.
+largest exponent (8 for E4M3, 15 for E5M2, 2 for E2M1); each element is x / scale rounded to
+nearest even in the element format, saturated at its largest finite value. torch's own float8
+dtypes do the FP8 element rounding; E2M1's is written out below.
 """
 
 import math
@@ -18,6 +18,7 @@ ELEMENT = {
     "mxfp8": (torch.float8_e4m3fn, 8, 448.0, "e4m3"),
     "mxfp8_e4m3": (torch.float8_e4m3fn, 8, 448.0, "e4m3"),
     "mxfp8_e5m2": (torch.float8_e5m2, 15, 57344.0, "e5m2"),
+    "mxfp4": (None, 2, 6.0, "fp4"),        # E2M1 elements, rounded by _round_e2m1
 }
 BLOCK = 32
 
@@ -46,11 +47,21 @@ def mx_cast(x, recipe="mxfp8"):
     exponent = torch.where(amax > 0, torch.floor(torch.log2(amax.clamp_min(2.0 ** -127))) - emax,
                            torch.zeros_like(amax)).clamp(-127, 127)
     scale = torch.exp2(exponent)
-    cast = (blocks / scale).clamp(-largest, largest).to(element).float() * scale
+    scaled = (blocks / scale).clamp(-largest, largest)
+    cast = (scaled.to(element).float() if element is not None else _round_e2m1(scaled)) * scale
     out = cast.reshape(-1, padded)[:, :last].reshape(shape).to(dtype)
     # The cast's rounding is not differentiable: the gradient passes straight through, as the
     # recipes' backward GEMMs see it.
     return x + (out - x).detach() if x.requires_grad else out
+
+
+def _round_e2m1(x):
+    """x (within +-6) rounded to nearest even on E2M1's values 0, 0.5, 1, 1.5, 2, 3, 4, 6: the grid's
+    step is 0.5 below 2, 1 below 4 and 2 up to 6, and torch.round rounds halves to even, which is
+    the even significand at each step."""
+    magnitude = x.abs()
+    step = torch.where(magnitude < 2, 0.5, torch.where(magnitude < 4, 1.0, 2.0))
+    return torch.sign(x) * torch.round(magnitude / step) * step
 
 
 def _mx_linear_forward(recipe):

@@ -126,7 +126,7 @@ def compare(reference, candidate, inputs, mapping=None, *, candidate_inputs=None
     list of Rule; identical paths match by themselves. `activation` is the transform that brings
     the reference's activations to the candidate's layout where a rule gives none. The candidate's
     precision is its parameters' dtype, `autocast` (a dtype it runs under) and `recipe`
-    ('mxfp8', 'mxfp8_e5m2': block-scaled casts its linear layers apply); `multiple` and `floor`
+    ('mxfp8', 'mxfp8_e5m2', 'mxfp4': block-scaled casts its linear layers apply); `multiple` and `floor`
     override the tolerance's. Returns a CompareResult; `report` (a path ending .json, .txt or
     .html) also writes it. docs/compare.md says how it judges."""
     for name, model in (("reference", reference), ("candidate", candidate)):

@@ -9,6 +9,7 @@ set before it (the models built, the package imported), and the compare's own pe
 reference tensors held in memory and the bytes it spilled to disk past its cap.
 
     scripts/python.sh bench/compare_cost.py [--rounds 7] [--layers 4] [--hidden 256] [--seq 256] [--batch 4] [--threads 1]
+                                  [--cap-mib 256]
 """
 
 import argparse
@@ -52,7 +53,8 @@ def cases(args):
 
     def compare():
         return overflow_sentinel.compare(reference, candidate, {"input_ids": tokens}, lp.MAPPING,
-                                         candidate_inputs=(tokens,), activation=lp.ACTIVATION)
+                                         candidate_inputs=(tokens,), activation=lp.ACTIVATION,
+                                         memory_cap_bytes=args.cap_mib * 2 ** 20)
     return {"plain forward": plain_forward, "plain forward+backward": plain_backward, "compare": compare}
 
 
@@ -64,8 +66,8 @@ def rss_mib():
 
 def memory(args, case):
     """The case's peak resident set over the process's before it, in a fresh process."""
-    out = subprocess.run([sys.executable, __file__, "--memory-of", case] + [f"--{k}={getattr(args, k)}" for k in
-                         ("layers", "hidden", "seq", "batch", "threads")], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, "--memory-of", case] + [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
+                         ("layers", "hidden", "seq", "batch", "threads", "cap_mib")], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -78,6 +80,7 @@ def main():
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads (1, as the project's other benchmarks: steadier beside other work)")
+    parser.add_argument("--cap-mib", type=int, default=256, help="compare's memory_cap_bytes, in MiB")
     parser.add_argument("--memory-of")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -112,7 +115,8 @@ def main():
             times[name].append(time.perf_counter() - start)
     medians = {name: statistics.median(t) for name, t in times.items()}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads; Llama {args.layers} layers, "
-          f"hidden {args.hidden}, batch {args.batch} x {args.seq} tokens, float32; {args.rounds} rounds")
+          f"hidden {args.hidden}, batch {args.batch} x {args.seq} tokens, float32; {args.rounds} rounds; "
+          f"compare's memory cap {args.cap_mib} MiB")
     for name in names:
         print(f"{name:24} median {medians[name] * 1e3:9.1f} ms   x{medians[name] / medians['plain forward']:6.2f} "
               f"of plain forward   x{medians[name] / medians['plain forward+backward']:6.2f} of plain forward+backward")

@@ -34,6 +34,16 @@ def rel_rmse(value, reference):
     return float((value - reference).pow(2).mean().sqrt() / reference.pow(2).mean().sqrt())
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The models are small: one intra-op thread runs them as fast, and does not wait on a busy
+    second core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def reference():
     return lp.llama()

@@ -10,6 +10,7 @@ the candidate's; `cat`, `stack` and `sum` join a group's tensors into one.
 """
 
 import difflib
+import itertools
 import re
 
 import torch
@@ -233,26 +234,58 @@ def _generalize(path):
     return "".join(parts)
 
 
+def _fused_group(module, siblings, ref):
+    """Reference siblings of one class whose weights, stacked by rows in module order, have the
+    shape of `module`'s weight (a fused QKV or gate/up), or None."""
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() < 2:
+        return None
+    fits = [r for r in siblings if isinstance(getattr(ref[r], "weight", None), torch.Tensor)
+            and ref[r].weight.shape[1:] == weight.shape[1:] and type(ref[r]) is type(module)]
+    for size in range(len(fits), 1, -1):
+        for group in itertools.combinations(fits, size):
+            if sum(ref[r].weight.shape[0] for r in group) == weight.shape[0]:
+                return list(group)
+    return None
+
+
+def _template(path, target):
+    """`target` with the numbers it shares in position with `path` written as the pattern's groups."""
+    if not re.findall(r"\d+", path) or len(re.findall(r"\d+", path)) != len(re.findall(r"\d+", target)):
+        return target
+    counter = iter(range(1, 100))
+    return re.sub(r"\d+", lambda m: "\\" + str(next(counter)), target)
+
+
 def suggest(only_candidate, only_reference, candidate, reference):
-    """For each candidate module on its side only, the reference module on its side only most
-    like it (same class name first, then the closest path), written as a Rule."""
+    """For each candidate module on its side only, the reference module(s) on their side only most
+    like it, written as a Rule: siblings whose weights stack into its weight (a fused module,
+    written with braces), else one with the same parameter shapes, else of the same class, else
+    the closest path. Layers alike give one suggestion."""
     cand, _, _ = candidate_modules(candidate)
     ref = dict(reference.named_modules())
     suggestions = []
     for path in only_candidate:
         if path not in cand:
             continue
-        same_class = [r for r in only_reference if type(ref[r]).__name__ == type(cand[path]).__name__]
-        shapes = sorted(tuple(p.shape) for p in cand[path].parameters(recurse=False))
-        same_shapes = [r for r in only_reference
-                       if shapes and sorted(tuple(p.shape) for p in ref[r].parameters(recurse=False)) == shapes]
-        target = _closest(path, same_shapes or same_class or only_reference)
+        parents = sorted({r.rpartition(".")[0] for r in only_reference})
+        parent = _closest(path.rpartition(".")[0], parents)
+        group = _fused_group(cand[path], [r for r in only_reference if r.rpartition(".")[0] == parent], ref) \
+            if parent is not None else None
+        if group:
+            names = [r.rpartition(".")[2] for r in group]
+            target = f"{parent}.{{{','.join(names)}}}" if parent else f"{{{','.join(names)}}}"
+        else:
+            same_class = [r for r in only_reference if type(ref[r]).__name__ == type(cand[path]).__name__]
+            shapes = sorted(tuple(p.shape) for p in cand[path].parameters(recurse=False))
+            same_shapes = [r for r in only_reference
+                           if shapes and sorted(tuple(p.shape) for p in ref[r].parameters(recurse=False)) == shapes]
+            target = _closest(path, same_shapes or same_class or only_reference)
         if target is None:
             continue
-        counter = iter(range(1, 100))
-        template = re.sub(r"\d+", lambda m: "\\" + str(next(counter)), target) if re.findall(r"\d+", path) \
-            and len(re.findall(r"\d+", path)) == len(re.findall(r"\d+", target)) else target
-        suggestions.append(f"Rule(r'{_generalize(path)}', r'{template}')")
+        rule = f"Rule(r'{_generalize(path)}', r'{_template(path, target)}')"
+        if rule not in suggestions:
+            suggestions.append(rule)
     return suggestions
 
 

@@ -40,16 +40,18 @@ def in_dtype(model, dtype):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, hidden, eps):
+    def __init__(self, hidden, eps, detached_weight=False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden))
         self.eps = eps
+        self.detached_weight = detached_weight
 
     def forward(self, x):
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # The bug: the weight read detached, so it never trains; the forward's values are unchanged.
+        return (self.weight.detach() if self.detached_weight else self.weight) * x.to(dtype)
 
 
 class TransposedLinear(nn.Linear):
@@ -125,7 +127,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, config, bugs):
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps, "detached_norm_weight" in bugs)
         self.attention = Attention(config, bugs)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)

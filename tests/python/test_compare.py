@@ -126,6 +126,8 @@ BUGS = [
     ("transposed_o_proj", lambda i: ("transposed_o_proj",) if i == 1 else (), 16,
      "model.layers.1.attention.o_proj", "forward"),
     ("detached_residual", lambda i: ("detached_residual",) if i == 1 else (), 16, "model.layers.1", "backward"),
+    ("detached_norm_weight", lambda i: ("detached_norm_weight",) if i == 0 else (), 16,
+     "model.layers.0.input_layernorm", "backward"),
 ]
 
 
@@ -148,7 +150,7 @@ def _to(value, dtype):
 
 
 def _bug_with_torch_alone(reference, name, bugs, seq, module_path, direction):
-    """The bug's effect on its module's result (output, or input gradient for a backward bug) with
+    """The bug's effect on its module's result (output; input or weight gradient for a backward bug) with
     torch alone: the reference's module on an input in float64 (the oracle) and in float32 (the
     baseline, which sets the tolerance) against the buggy port's module on the same input.
     Returns (error, tolerance)."""
@@ -170,11 +172,13 @@ def _bug_with_torch_alone(reference, name, bugs, seq, module_path, direction):
         if direction == "forward":
             return out
         out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(out.dtype))
+        if name == "detached_norm_weight":          # the bug is in the weight's gradient
+            return module.weight.grad if module.weight.grad is not None else torch.zeros_like(module.weight)
         return x.grad
 
     rest64 = {k: _to(v, torch.float64) for k, v in rest.items()}
     exact = result(oracle_module, x.double(), rest64, False)
-    baseline = result(ref_module, x, rest, False)
+    baseline = result(copy.deepcopy(ref_module), x, rest, False)
     buggy = result(port_module, x, {}, module_path != "model.layers.1.attention.o_proj")
     tolerance = MULTIPLE["float32"] * max(rel_rmse(baseline, exact), FLOOR["float32"])
     return rel_rmse(buggy, exact), tolerance

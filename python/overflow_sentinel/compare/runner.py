@@ -108,7 +108,12 @@ def _parameter_grads(model, pairs, reference_side, names):
             continue
         for name in names[i]:
             paths = pair.reference if reference_side else [pair.candidate]
-            parts = [getattr(dict(modules[p].named_parameters(recurse=False)).get(name), "grad", None) for p in paths]
+            params = [dict(modules[p].named_parameters(recurse=False)).get(name) for p in paths]
+            parts = [getattr(p, "grad", None) for p in params]
+            if not reference_side and parts[0] is None and params[0] is not None:
+                # No gradient reached the candidate's parameter (detached, or frozen) where the
+                # reference's got one: judged as a zero gradient, which differs by all of it.
+                parts = [torch.zeros_like(params[0])]
             if any(g is None for g in parts):
                 continue
             value = parts[0] if not reference_side else (

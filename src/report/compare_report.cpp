@@ -47,6 +47,16 @@ std::string text(const Json& j, const std::string& path, const std::string& sour
   return j.get<std::string>();
 }
 
+int64_t integer(const Json& j, const std::string& path, const std::string& source) {
+  if (!j.is_number_integer()) fail(source, path, "expected an integer");
+  return j.get<int64_t>();
+}
+
+bool boolean(const Json& j, const std::string& path, const std::string& source) {
+  if (!j.is_boolean()) fail(source, path, "expected true or false");
+  return j.get<bool>();
+}
+
 std::vector<std::string> strings(const Json& j, const std::string& path, const std::string& source) {
   if (!j.is_array()) fail(source, path, "expected an array");
   std::vector<std::string> out;
@@ -70,7 +80,9 @@ CompareBoundary boundary(const Json& parent, const std::string& key, const std::
   b.max_abs = optional("max_abs");
   if (j.contains("worst") && j.at("worst").is_object()) {
     const Json& w = j.at("worst");
-    for (const Json& i : at(w, "index", p + ".worst", source)) b.worst_index.push_back(i.get<int64_t>());
+    const Json& index = at(w, "index", p + ".worst", source);
+    if (!index.is_array()) fail(source, p + ".worst.index", "expected an array");
+    for (const Json& i : index) b.worst_index.push_back(integer(i, p + ".worst.index", source));
     b.worst_candidate = number(at(w, "candidate", p + ".worst", source), p + ".worst.candidate", source);
     b.worst_reference = number(at(w, "reference", p + ".worst", source), p + ".worst.reference", source);
   }
@@ -102,9 +114,7 @@ CompareReport parse_compare_json(const std::string& source_text, const std::stri
   if (j.is_discarded()) fail(source, "the document", "not JSON");
   CompareReport r;
   r.verdict = text(at(j, "verdict", "", source), "verdict", source);
-  const Json& agree = at(j, "agree", "", source);
-  if (!agree.is_boolean()) fail(source, "agree", "expected true or false");
-  r.agree = agree.get<bool>();
+  r.agree = boolean(at(j, "agree", "", source), "agree", source);
   const Json& tol = at(j, "tolerance", "", source);
   r.tolerance_format = text(at(tol, "format", "tolerance", source), "tolerance.format", source);
   r.metric = text(at(tol, "metric", "tolerance", source), "tolerance.metric", source);
@@ -119,13 +129,14 @@ CompareReport parse_compare_json(const std::string& source_text, const std::stri
     out.candidate = text(at(row, "candidate", p, source), p + ".candidate", source);
     out.reference = strings(at(row, "reference", p, source), p + ".reference", source);
     out.matched_by = text(at(row, "matched_by", p, source), p + ".matched_by", source);
-    out.call = at(row, "call", p, source).get<int64_t>();
-    out.first = at(row, "first", p, source).get<bool>();
+    out.call = integer(at(row, "call", p, source), p + ".call", source);
+    out.first = boolean(at(row, "first", p, source), p + ".first", source);
     const Json& forward = at(row, "forward", p, source);
     out.input = boundary(forward, "in", p + ".forward", source);
     out.output = boundary(forward, "out", p + ".forward", source);
     out.backward_ratio = kNaN;
     const Json& backward = at(row, "backward", p, source);
+    if (!backward.is_object()) fail(source, p + ".backward", "expected an object");
     for (auto it = backward.begin(); it != backward.end(); ++it) {
       if (it.key() != "gin" && it.key().rfind("p:", 0) != 0) continue;
       const CompareBoundary b = boundary(backward, it.key(), p + ".backward", source);

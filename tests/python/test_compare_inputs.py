@@ -201,3 +201,8 @@ def test_sentinel_report_renders_a_compares_json(reference, tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(saved))
     bad = subprocess.run([str(cli), "report", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert bad.returncode == 4 and "rows[2].matched_by: missing" in bad.stderr, bad.stderr
+    saved = json.loads((tmp_path / "c.json").read_text())
+    saved["rows"][1]["call"] = "first"
+    (tmp_path / "bad.json").write_text(json.dumps(saved))
+    bad = subprocess.run([str(cli), "report", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert bad.returncode == 4 and "rows[1].call: expected an integer" in bad.stderr, bad.stderr

@@ -39,6 +39,23 @@ TEST(Options, InvalidValuesAreRejectedWithTheirName) {
             std::string::npos);
 }
 
+TEST(Options, ModuleBoundariesAreRefusedWhereNoHookSeesThem) {
+  // exact: false needs the Python module's hooks: a C++ model's first batch, and a TorchScript
+  // model at once, say so instead of watching nothing.
+  Mlp model;
+  sentinel::Watchdog cpp(model.ptr(), sentinel::Options().exact(false));
+  EXPECT_NE(option_error([&] { auto batch = cpp.batch(); }).find("exact: false watches module boundaries"),
+            std::string::npos);
+  torch::jit::Module scripted("m");
+  EXPECT_NE(option_error([&] { sentinel::Watchdog w(scripted, sentinel::Options().exact(false)); })
+                .find("the C++ API, TorchScript and the command line watch every op"),
+            std::string::npos);
+  // exact (the default) watches every op: the batch opens.
+  sentinel::Watchdog exact(model.ptr());
+  auto batch = exact.batch();
+  batch.finish();
+}
+
 TEST(Options, ChainedSettersReadBack) {
   auto o = sentinel::Options().max_frames_to_save(50).trace_batch_nums({1, 3}).abort_after_batch_num(7).report_dir("d");
   EXPECT_EQ(o.max_frames_to_save(), 50);

@@ -186,6 +186,13 @@ class Options {
   // error once it leaves (read elsewhere, returned, written into a tensor the module did not
   // make) or appears in a backward. true: every op's inf/nan is an error where it appears.
   SENTINEL_OPTION(bool, strict, false);
+  // true: every op the model runs is a frame, in every batch (the C++ API, TorchScript, the CLI).
+  // false, the boundary tier (Python's default, docs/python.md): no op is watched in an ordinary
+  // batch; each module's forward is one frame, its outputs read as it returns, the gradients after
+  // the backward, what the optimizer wrote after its step; the front end replays a failing batch
+  // op by op to name the op. Traced batches, FP8 monitoring, statistics collections, headroom and
+  // dumps watch op by op in the batches they select.
+  SENTINEL_OPTION(bool, exact, true);
   // Values the place rule would stop that the model means, "MODULE_REGEX [OP [ARGUMENT [KINDS]]]"
   // (docs/nonfinite.md): met there, they are counted, not reported.
   SENTINEL_OPTION(std::vector<std::string>, allow_nonfinite, {});
@@ -242,8 +249,10 @@ class Options {
 
   // Options from a YAML config in the layout of TransformerEngine's debug tools, with the
   // watchdog's own options under the key `sentinel:` (docs/config.md). Throws
-  // sentinel::OptionError naming the file, the line and what was expected.
+  // sentinel::OptionError naming the file, the line and what was expected. `start`: the options it
+  // applies to (a front end's own defaults).
   static Options from_yaml(const std::string& path);
+  static Options from_yaml(const std::string& path, const Options& start);
   // From the config named by $SENTINEL_CONFIG when it is set, else the defaults.
   static Options from_config();
 

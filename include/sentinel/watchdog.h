@@ -145,6 +145,20 @@ class Watchdog {
   // so one the module then returns is an error there. The Python module's compiled boundary calls it.
   void compiled_call_returned(const torch::nn::Module& module,
                               const std::vector<std::pair<std::string, at::Tensor>>& outputs);
+  // The boundary tier (Options::exact false): `module`'s forward, handed `inputs` and returning
+  // `outputs` (each named: "input[0]", "output.logits"), is one frame of the module (op "forward"),
+  // read as it returns. A non-finite output is an error there unless the module was handed that
+  // very tensor (a mask passed through) or allow_nonfinite allows it; the inputs are not judged
+  // (a mask made for the module). Nothing happens in a batch that watches op by op.
+  void module_returned(const torch::nn::Module& module, const std::vector<std::pair<std::string, at::Tensor>>& inputs,
+                       const std::vector<std::pair<std::string, at::Tensor>>& outputs);
+  // Whether the open batch (or, between batches, the last) watches op by op.
+  bool watching_ops() const;
+  // Writes the front end saw made outside any op it watched (the boundary tier: an optimizer's
+  // step): `tensors`, named ("h.0.fc.weight", "h.0.fc.weight.exp_avg"), are read as one frame (op
+  // `what`, outside the model) in which any inf/nan is an error. Nothing happens in a batch that
+  // watches op by op (its ops made the writes and were judged).
+  void check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
   // Names tensors that are not parameters (an optimizer's state: "h.0.fc.weight.exp_avg_sq"): the
   // entries of the ops that read or write them carry the name. Held weakly (a freed tensor's name
   // goes with it); naming a tensor again replaces its name. The Python module names an optimizer's

@@ -5,7 +5,9 @@
 
 Every op the model runs is watched (forward and backward), natively: no Python runs per op. At the
 first inf/nan the report is printed in HF's layout and NonFiniteError (a ValueError, as HF raises)
-is raised, carrying the report as an object. See docs/python.md.
+is raised, carrying the report as an object. `exact=False` watches module boundaries instead (each
+module's forward one frame, the gradients after the backward, what the optimizer wrote after its
+step) and at the first inf/nan replays the batch op by op to name the op. See docs/python.md.
 """
 
 import functools
@@ -17,6 +19,7 @@ import torch
 
 from . import _amp, _build_info, _compiled, _fsdp, _optimizer, _steps
 from ._hooks import first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
+from ._replay import BoundaryCalls
 
 
 def _load_native():
@@ -157,6 +160,8 @@ class Watch:
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         self._boundaries = [] if self._is_replay else _compiled.boundaries(self, model, compiled_wrapper, modules)
+        # Watched at its module boundaries, an eager model's calls are kept for a replay.
+        self._boundary_calls = None if self._is_replay or self._native.exact else BoundaryCalls(self, model)
         if self._is_replay:
             self._model_ref = weakref.ref(model)
             return
@@ -190,11 +195,19 @@ class Watch:
             self._flush()
 
     def _explain(self, error):
-        """A compiled model: what the eager replay of the error's batch finds goes with it."""
-        if self._boundaries and error.report is not None and getattr(error, "replay", None) is None:
+        """A compiled model, or one watched at its module boundaries: what the replay of the
+        error's batch, op by op, finds goes with it."""
+        if error.report is None or getattr(error, "replay", None) is not None:
+            return
+        if self._boundaries:
             self._flush()
             error.replay = _compiled.explain(self._boundaries, error)
             error.report.replay = error.replay
+        elif self._boundary_calls is not None:
+            self._flush()
+            replay = self._boundary_calls.explain(error)
+            if replay is not None:
+                error.replay = error.report.replay = replay
 
     def _scaled_backward(self, error):
         """Whether `error` is of a backward a GradScaler scaled, whose step() judges it (_amp.py)."""
@@ -282,6 +295,8 @@ class Watch:
         else:
             for boundary in self._boundaries:
                 boundary.backward_judged()
+            if self._boundary_calls is not None:
+                self._boundary_calls.backward_judged()
 
     def _amp_skipped(self, error, scale):
         self._amp_held = None
@@ -372,6 +387,9 @@ class Watch:
         for boundary in getattr(self, "_boundaries", []):
             boundary.remove()
         self._boundaries = []
+        if getattr(self, "_boundary_calls", None) is not None:
+            self._boundary_calls.remove()
+            self._boundary_calls = None
         if not self._is_replay:
             _compiled.unfollow_compiles(self)
         finalizer = getattr(self, "_finalizer", None)

@@ -9,14 +9,13 @@ traces them, so they add nothing to the graph. What a faithful replay needs is k
 arguments (by reference, with their version counters), the random-number generators' states, grad
 mode, autocast and TF32; in training the gradient that arrived at the call's output."""
 
-import itertools
 import sys
 import weakref
 
 import torch
 
 from ._hooks import end_unbounded_call, enter, first_tensor_with_grad, is_compiling, leave
-from ._replay import replay_batch
+from ._replay import Call, keep_gradient, replay_batch
 
 
 def optimized_module_type():
@@ -34,40 +33,6 @@ def unwrap(model):
     if is_optimized_module(model):
         return model._orig_mod, model
     return model, None
-
-
-_serial = itertools.count()
-
-
-class _Call:
-    """What one compiled call needs to be replayed eagerly."""
-
-    def __init__(self, args, kwargs):
-        self.serial = next(_serial)
-        self.args = args
-        self.kwargs = kwargs
-        # (Inference tensors keep no version counter: nothing can write them outside inference mode.)
-        self.versions = [(path, t, t._version) for path, t in _tensors_in(("args", args), ("kwargs", kwargs))
-                         if not t.is_inference()]
-        self.cpu_rng = torch.get_rng_state()
-        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.grad_enabled = torch.is_grad_enabled()
-        self.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
-        self.tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        self.grad = None  # that the call's output got in the backward
-
-    def changed_inputs(self):
-        return [path for path, t, version in self.versions if t._version != version]
-
-
-def _tensors_in(*named, depth=0):
-    for path, value in named:
-        if isinstance(value, torch.Tensor):
-            yield path, value
-        elif depth < 3 and isinstance(value, (list, tuple)):
-            yield from _tensors_in(*((f"{path}[{i}]", v) for i, v in enumerate(value)), depth=depth + 1)
-        elif depth < 3 and isinstance(value, dict):
-            yield from _tensors_in(*((f"{path}[{k!r}]", v) for k, v in value.items()), depth=depth + 1)
 
 
 class Boundary:
@@ -155,11 +120,11 @@ class Boundary:
             self._calls, self._batch = [], batch
         # What the compiled call is handed and returns is read here: its kernels run no op that
         # would read it.
-        w._native.read_compiled_input(self.index, args)
+        w._native.read_call_arguments(self.index, args)
         if kwargs:
-            w._native.read_compiled_input(self.index, kwargs)
+            w._native.read_call_arguments(self.index, kwargs)
         if w._replay_compiled:
-            self._calls.append(_Call(args, kwargs))
+            self._calls.append(Call(args, kwargs))
         w._native.set_inside_compiled_code(True)
 
     def _post(self, module, args, kwargs, output):
@@ -170,7 +135,7 @@ class Boundary:
         if self._calls and output is not None:
             tensor = first_tensor_with_grad(output)
             if tensor is not None:
-                tensor.register_hook(_keep_gradient(weakref.ref(self._calls[-1])))
+                tensor.register_hook(keep_gradient(weakref.ref(self._calls[-1])))
         if output is not None:
             w._native.read_compiled_output(self.index, output)
         if self._owns_scope:
@@ -214,14 +179,6 @@ def _cuda_graphs(wrapper):
     if getattr(backend, "compiler_name", None) == "cudagraphs":
         return "backend 'cudagraphs'"
     return None
-
-
-def _keep_gradient(call_ref):
-    def keep(grad):
-        call = call_ref()
-        if call is not None and not is_compiling():
-            call.grad = grad
-    return keep
 
 
 # ---- while dynamo compiles; a model compiled after it was watched ------------------------------

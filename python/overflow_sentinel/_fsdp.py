@@ -17,6 +17,12 @@ def _fsdp_module_class():
     return FSDPModule
 
 
+def sharded_module_paths(model):
+    """The paths of `model`'s modules fully_shard made (FSDP2), in order."""
+    fsdp = _fsdp_module_class()
+    return [] if fsdp is None else [path for path, m in model.named_modules() if isinstance(m, fsdp)]
+
+
 def user_class_name(module):
     """fully_shard makes `FSDP<Class>` (FSDPModule first, the user's class next): the user's name."""
     fsdp = _fsdp_module_class()

@@ -73,18 +73,18 @@ def post_hook(me, index):
             return
         w = me()
         if w is not None and not w._native.closed and not w._replaying:
-            leave(w, index, output)
+            leave(w, index, output, args)
     return post
 
 
-def leave(w, index, output):
+def leave(w, index, output, args=None):
     if output is None and sys.exc_info()[0] is not None:
         # The forward raised (this hook runs inside torch's handler): the module is left, and
         # what was found stays pending for the next safe point (torch would only warn of an
         # error raised here, and the original exception goes on).
         w._native.leave(index, None)
         return
-    if w._native.leave(index, output) and not w._holding(in_forward=True):
+    if w._native.leave(index, output, args) and not w._holding(in_forward=True):
         w._call(w._native.check)
     if index == 0 and not in_backward():
         w._end_call(output)

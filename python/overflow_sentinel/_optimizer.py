@@ -19,17 +19,24 @@ def name_state_after_steps(watch, optimizer):
     names = {id(p): (n, shard_rows(p)) for n, p in _model_parameters(watch)}
     seen = [None]
     me = weakref.ref(watch)  # the optimizer's hook keeps no watchdog alive
+    states = []
 
     def name_state(opt, args=None, kwargs=None):
         w = me()
-        if w is None or w._native.closed or len(opt.state) == seen[0]:
-            return  # (Adam's state is made at the first step, then updated in place)
-        seen[0] = len(opt.state)
-        named = [(f"{names[id(p)][0]}.{key}{names[id(p)][1] if value.dim() > 0 else ''}", value)
-                 for p, state in opt.state.items() if id(p) in names
-                 for key, value in state.items() if isinstance(value, torch.Tensor)]
-        w._state_names = {name: weakref.ref(t) for name, t in named}
-        w._native.name_tensors(named)
+        if w is None or w._native.closed:
+            return
+        if len(opt.state) != seen[0]:  # (Adam's state is made at the first step, then updated in place)
+            seen[0] = len(opt.state)
+            states[:] = [(f"{names[id(p)][0]}.{key}{names[id(p)][1] if value.dim() > 0 else ''}", value)
+                         for p, state in opt.state.items() if id(p) in names
+                         for key, value in state.items() if isinstance(value, torch.Tensor)]
+            w._state_names = {name: weakref.ref(t) for name, t in states}
+            w._native.name_tensors(states)
+        if args is not None and not w._native.watching_ops:
+            # Watched at module boundaries, no op of the step was seen: what it wrote is read now.
+            written = [(names[id(p)][0] + names[id(p)][1], p) for group in opt.param_groups
+                       for p in group["params"] if id(p) in names]
+            w._native.check_written("optimizer.step", written + [(n, t) for n, t in states if t.dim() > 0])
 
     name_state(optimizer)
     return optimizer.register_step_post_hook(name_state)
@@ -69,13 +76,17 @@ def name_first_element(error, watch):
         t = _named_tensor(watch, trigger.module_path, entry.label)
         if t is None:
             continue
+        # A DTensor (FSDP2's parameter) is looked at in this rank's shard, which the entry read:
+        # its index is into the rows the rank holds, said after the name.
+        rows = shard_rows(t) if hasattr(t, "_local_tensor") else ""
+        t = getattr(t, "_local_tensor", t)
         with torch.no_grad():
             where = (~torch.isfinite(t)).nonzero()
         if len(where) == 0:
             continue  # written since
         index = tuple(int(i) for i in where[0])
-        report.first_nonfinite = {"tensor": entry.label, "index": index, "value": float(t[index])}
-        error.args = (f"{error.args[0]}; first non-finite element: {entry.label}{list(index)} = {float(t[index])}",)
+        report.first_nonfinite = {"tensor": entry.label + rows, "index": index, "value": float(t[index])}
+        error.args = (f"{error.args[0]}; first non-finite element: {entry.label}{rows}{list(index)} = {float(t[index])}",)
         return
 
 

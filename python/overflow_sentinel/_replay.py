@@ -1,19 +1,131 @@
-"""The eager replay of a compiled model's failing batch (_compiled.py): the calls of the batch run
-again through the uncompiled module, under an op-level watchdog, from the state each call began
-in; the first inf/nan it finds names the op. When the replay stays finite it says so, and why the
-compiled code may have computed otherwise."""
+"""The eager replay of a failing batch: of a compiled model's (_compiled.py), or of an eager model
+watched at its module boundaries (Options.exact false: BoundaryCalls below). The calls of the
+batch run again through the uncompiled module, under an op-level watchdog, from the state each
+call began in; the first inf/nan it finds names the op. When the replay stays finite it says so,
+and why the run may have computed otherwise."""
 
 import contextlib
+import itertools
 import os
 import sys
+import weakref
 
 import torch
 
-from ._hooks import first_tensor_with_grad
+from ._fsdp import sharded_module_paths
+from ._hooks import first_tensor_with_grad, is_compiling
 from ._report import Record
 
 # The user's options a replay keeps: what decides where a value is an error and what a report shows.
 _KEPT_OPTIONS = ("max_frames_to_save", "skip_view_ops", "strict", "allow_nonfinite", "watch_cuda")
+
+
+_serial = itertools.count()
+
+
+class Call:
+    """What one call (of a compiled region, or of an eager model watched at its boundaries) needs
+    to be replayed eagerly, op by op."""
+
+    def __init__(self, args, kwargs):
+        self.serial = next(_serial)
+        self.args = args
+        self.kwargs = kwargs
+        # (Inference tensors keep no version counter: nothing can write them outside inference mode.)
+        self.versions = [(path, t, t._version) for path, t in _tensors_in(("args", args), ("kwargs", kwargs))
+                         if not t.is_inference()]
+        self.cpu_rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        self.grad_enabled = torch.is_grad_enabled()
+        self.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
+        self.tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        self.grad = None  # that the call's output got in the backward
+
+    def changed_inputs(self):
+        return [path for path, t, version in self.versions if t._version != version]
+
+
+def _tensors_in(*named, depth=0):
+    for path, value in named:
+        if isinstance(value, torch.Tensor):
+            yield path, value
+        elif depth < 3 and isinstance(value, (list, tuple)):
+            yield from _tensors_in(*((f"{path}[{i}]", v) for i, v in enumerate(value)), depth=depth + 1)
+        elif depth < 3 and isinstance(value, dict):
+            yield from _tensors_in(*((f"{path}[{k!r}]", v) for k, v in value.items()), depth=depth + 1)
+
+
+def keep_gradient(call_ref):
+    """A tensor hook keeping the gradient that reaches a call's output, for its backward's replay."""
+    def keep(grad):
+        call = call_ref()
+        if call is not None and not is_compiling():
+            call.grad = grad
+    return keep
+
+
+class BoundaryCalls:
+    """The top-level calls of an eager model watched at its module boundaries (Options.exact
+    false), kept for the batch they ran in: what the replay of a failing batch needs. Its hooks
+    also read the model's own arguments, keyword ones included (the watchdog's pre-hook sees only
+    the positional ones)."""
+
+    def __init__(self, watch, model):
+        self._watch = weakref.ref(watch)
+        self._model = weakref.ref(model)
+        self._calls = []
+        self._batch = None
+        # After the watchdog's own pre-hook, which opens the batch; before its forward hook, which
+        # may end it.
+        self.handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                        model.register_forward_hook(self._post, prepend=True)]
+
+    def _live(self):
+        w = self._watch()
+        return w if w is not None and not w._native.closed and not w._replaying and not is_compiling() else None
+
+    def _pre(self, module, args, kwargs):
+        w = self._live()
+        if w is None or w._native.watching_ops or w._boundaries:
+            return  # (op by op, or a compiled model: its boundary keeps its calls)
+        batch = w._native.batch_number
+        if batch != self._batch:
+            self._calls, self._batch = [], batch
+        w._native.read_call_arguments(0, args)
+        if kwargs:
+            w._native.read_call_arguments(0, kwargs)
+        self._calls.append(Call(args, kwargs))
+
+    def _post(self, module, args, output):
+        w = self._live()
+        if w is None or not self._calls or output is None:
+            return
+        tensor = first_tensor_with_grad(output)
+        if tensor is not None:
+            tensor.register_hook(keep_gradient(weakref.ref(self._calls[-1])))
+
+    def backward_judged(self):
+        for call in self._calls:
+            call.grad = None
+
+    def explain(self, error):
+        """The replay of the error's batch, op by op, when its report is of a module's whole
+        forward or of a gradient (what the boundaries saw, not the op that made it); else None."""
+        w, model, report = self._watch(), self._model(), error.report
+        trigger = report.trigger if report is not None else None
+        if (w is None or model is None or trigger is None or getattr(report, "kind", "nonfinite") != "nonfinite"
+                or not (trigger.op == "forward" or trigger.direction == "backward")):
+            return None
+        calls = self._calls if report.batch_number == self._batch else []
+        if not calls:
+            return None
+        return replay_batch(w, model, "", calls, report, compiled=False)
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        self._calls = []
 
 
 class Replay(Record):
@@ -26,7 +138,7 @@ class Replay(Record):
 def replay_options(options):
     kept = {k: v for k, v in options.items() if k in _KEPT_OPTIONS}
     # One process, reading back at every op (a replay runs once; it stops at the op itself).
-    kept.update(action="callback", device_sync_each_op=True, ranks={"rank": 0, "world_size": 1})
+    kept.update(action="callback", device_sync_each_op=True, ranks={"rank": 0, "world_size": 1}, exact=True)
     return kept
 
 
@@ -38,13 +150,26 @@ def _without_data_parallel(model):
     return (model.module, type(model).__name__) if isinstance(model, parallel) else (model, None)
 
 
-def replay_batch(w, model, path, calls, report):
+def replay_batch(w, model, path, calls, report, compiled=True):
+    """Replays `calls` of the report's batch op by op; `compiled`: they ran compiled (else at the
+    boundaries of an eager model). Returns the Replay."""
     model, wrapper = _without_data_parallel(model)
     batch = report.batch_number
+    why_not = _why_not_replayable(model)
+    if why_not:
+        said = [f"batch {batch} was not replayed: {why_not}; the report above stands"]
+        _say(f"overflow_sentinel: {said[0]}")
+        result = Replay({"batch_number": batch, "region": path, "reproduced": False, "origin_line": None,
+                         "notes": said})
+        result.report = None
+        _write(w, batch, path, None, said)
+        return result
     backward = report.trigger is not None and getattr(report.trigger, "direction", "") == "backward"
     region = f" of {path}" if path else ""
-    _say(f"overflow_sentinel: replaying batch {batch}{region} eagerly through the uncompiled module, op by op "
-         f"({len(calls)} compiled call{'s' if len(calls) != 1 else ''}{', with its backward' if backward else ''})")
+    how = "eagerly through the uncompiled module" if compiled else "under op-level watching"
+    kind = "compiled call" if compiled else "call"
+    _say(f"overflow_sentinel: replaying batch {batch}{region} {how}, op by op "
+         f"({len(calls)} {kind}{'s' if len(calls) != 1 else ''}{', with its backward' if backward else ''})")
     replayed = None
     origin_line = None
     notes = []
@@ -62,7 +187,7 @@ def replay_batch(w, model, path, calls, report):
                 break
         if backward and replayed is None and all(c.grad is None for c in calls):
             notes.append("no gradient reached the compiled call's output: its backward was not replayed")
-        if replayed is None and not backward:
+        if replayed is None and not backward and compiled:
             from ._graph_probe import first_nonfinite_in_graph
             inside = first_nonfinite_in_graph(model, calls[-1], _restored)
     except Exception as error:  # noqa: BLE001 - the replay explains; it never hides the detection
@@ -75,11 +200,12 @@ def replay_batch(w, model, path, calls, report):
     if replayed is not None:
         sys.stdout.write(replayed.text or "")
         if origin_line:
-            made = replayed.origin_frame
+            made = replayed.origin_frame or replayed.trigger  # (strict: the op that made it stopped)
             said.append(f"{made.op} in {made.module_path or 'the model'} made it at {origin_line}")
     else:
-        notes[:0] = _why_not_reproduced(model) + inside
-        said.append(f"the replay of batch {batch} stayed finite: the value was not reproduced eagerly")
+        notes[:0] = (_why_not_reproduced(model) if compiled else _why_eager_not_reproduced()) + inside
+        said.append(f"the replay of batch {batch} stayed finite: the value was not reproduced "
+                    f"{'eagerly' if compiled else 'op by op'}")
     if path:
         notes.append(f"the replay watched {path} alone: its module paths are inside {path}")
     if wrapper:
@@ -93,6 +219,18 @@ def replay_batch(w, model, path, calls, report):
     result.report = replayed
     _write(w, batch, path, replayed, said)
     return result
+
+
+def _why_not_replayable(model):
+    """Why running `model` again on this rank alone would hang or fail, or None."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not distributed or torch.distributed.get_world_size() == 1:
+        return None
+    sharded = sharded_module_paths(model)
+    if sharded:
+        return (f"{sharded[0] or 'the model'} is sharded by FSDP2, whose forward gathers its parameters with "
+                "collectives every rank must join, and the other ranks are not replaying")
+    return None
 
 
 def _replay_call(w, model, call, batch, options, backward, buffers):
@@ -177,6 +315,12 @@ def _why_not_reproduced(model):
         why.append(f"the compiled code draws its own random numbers ({random_ops[0] or 'the model'} is a dropout): "
                    "the replay's differ; torch._inductor.config.fallback_random = True makes them the same")
     return why
+
+
+def _why_eager_not_reproduced():
+    return ["the batch ran otherwise the second time: a nondeterministic op, a path that depends on data or on "
+            "state the run changed since (a cache, a counter), or an input changed in place; the boundary's "
+            "report stands"]
 
 
 def _write(w, batch, path, replayed, said):

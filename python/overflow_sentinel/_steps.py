@@ -21,8 +21,9 @@ def watch_steps(watch, model, optimizer):
     # Before the watchdog's own hook, which would otherwise open a batch for this one forward.
     watch._handles.append(model.register_forward_pre_hook(steps.begin, prepend=True))
     watch._handles.append(torch_optimizer.register_step_pre_hook(steps.meet))
-    watch._handles.append(torch_optimizer.register_step_post_hook(steps.end))
+    # (Its step post-hook reads what the step wrote, inside the step's batch: before steps.end's.)
     watch.watch_optimizer(torch_optimizer)
+    watch._handles.append(torch_optimizer.register_step_post_hook(steps.end))
     return watch
 
 

@@ -392,10 +392,10 @@ void remove_callback_if_unneeded(ThreadState& ts) {
 
 }  // namespace
 
-void bind_to_this_thread(const std::shared_ptr<SessionAnchor>& anchor) {
+void bind_to_this_thread(const std::shared_ptr<SessionAnchor>& anchor, bool observe_ops) {
   ThreadState& ts = thread_state();
   ts.bound.push_back(anchor);
-  add_callback(ts);
+  if (observe_ops) add_callback(ts);
 }
 
 void unbind_from_this_thread(const SessionAnchor* anchor) {

@@ -139,8 +139,9 @@ void note_batch_session(const std::weak_ptr<SessionAnchor>& session);
 std::shared_ptr<SessionAnchor> last_batch_session_in_process();
 
 // A session made on this thread: it opens TorchScript batches here and this thread's ops reach
-// the callback from now on.
-void bind_to_this_thread(const std::shared_ptr<SessionAnchor>& anchor);
+// the callback from now on; unless `observe_ops` is false (Options::exact false), when only its
+// batches that watch ops install it.
+void bind_to_this_thread(const std::shared_ptr<SessionAnchor>& anchor, bool observe_ops = true);
 // Forgets `anchor` on this thread (bound, batches, open frames) and removes this thread's
 // callback when no session is left to need it. Call after anchor->close().
 void unbind_from_this_thread(const SessionAnchor* anchor);

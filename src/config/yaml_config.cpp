@@ -63,7 +63,9 @@ YAML::Node parse(const YamlReader& r, const std::string& text) {
 
 }  // namespace
 
-Options Options::from_yaml(const std::string& path) {
+Options Options::from_yaml(const std::string& path) { return from_yaml(path, Options()); }
+
+Options Options::from_yaml(const std::string& path, const Options& start) {
   const YamlReader r(path);
   const YAML::Node root = parse(r, read_file(path));
   if (!root.IsMap()) {
@@ -75,7 +77,7 @@ Options Options::from_yaml(const std::string& path) {
            fmt::format("expected a mapping at the top level (`sentinel:` options and/or debug-tools sections), got {}",
                        YamlReader::describe(root)));
   }
-  Options options;
+  Options options = start;
   config::SectionResult sections;
   config::OptionLines lines;
   const Field top{"", "", root, 1, 1};

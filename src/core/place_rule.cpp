@@ -79,7 +79,10 @@ bool PlaceRule::allowed(const FrameRecord& f, const EntryRecord& e) {
   if (allow_.empty()) return false;
   const std::string path = places_.path(f.place), op = strings_.at(f.op), entry = label(e);
   for (const auto& a : allow_) {
-    if (!a.matches(path, op, entry, e.stats)) continue;
+    // A module's whole forward (the boundary tier) is what it returned: a pattern for its "return"
+    // holds in both tiers.
+    const bool matches = a.matches(path, op, entry, e.stats) || (f.whole_module && a.matches(path, "return", entry, e.stats));
+    if (!matches) continue;
     add_elements(counted_row(f, true), e.stats);
     return true;
   }
@@ -103,6 +106,7 @@ void PlaceRule::count(const FrameRecord& f) {
 DetectionPolicy::Judgement PlaceRule::judge(const FrameRecord& f) {
   Judgement j;
   if (f.is_return) return judge_return(f);
+  if (f.whole_module) return judge_whole_module(f);
   // Backward nodes, and ops the model's own code did not run, are judged where the value appears;
   // a value tolerated inside a module that such an op reads is still traced to the op that made it.
   if (f.direction != static_cast<uint8_t>(Direction::Forward) || !f.in_model) {
@@ -275,6 +279,27 @@ DetectionPolicy::Judgement PlaceRule::judge_return(const FrameRecord& returned) 
     return j;
   }
   return j;
+}
+
+DetectionPolicy::Judgement PlaceRule::judge_whole_module(const FrameRecord& f) {
+  Judgement j;
+  for (int i = 0; i < f.entry_count; ++i) {
+    const EntryRecord& e = f.entries[i];
+    if (e.role != Role::Output || !nonfinite_read(e)) continue;
+    if (e.storage != 0 && handed_nonfinite(f, e.storage)) continue;
+    if (allowed(f, e)) continue;
+    j.error = true;  // (the frame itself made it, as far as this tier sees: the replay names the op)
+    return j;
+  }
+  return j;
+}
+
+bool PlaceRule::handed_nonfinite(const FrameRecord& f, uintptr_t storage) {
+  for (int i = 0; i < f.entry_count; ++i) {
+    const EntryRecord& e = f.entries[i];
+    if (e.role != Role::Output && e.storage == storage && nonfinite_read(e)) return true;
+  }
+  return false;
 }
 
 void PlaceRule::begin_batch() {

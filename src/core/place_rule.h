@@ -41,6 +41,10 @@ class PlaceRule final : public DetectionPolicy {
   bool holds_tolerated(uintptr_t storage, uint32_t module_place) const;
   bool holds_any() const { return !tolerated_values_.empty(); }
   Judgement judge_return(const frames::FrameRecord& returned);
+  // A module's whole forward (FrameRecord::whole_module): what it returns non-finite is an error
+  // there, unless it was handed that very value (a mask passed through) or a pattern allows it;
+  // what it was handed is not judged (a mask its caller made for it).
+  Judgement judge_whole_module(const frames::FrameRecord& f);
 
   // A buffer an op of `module` allocated without values (the empty family): the module's, as a
   // result it made, so that it may write into it what it tolerates.
@@ -73,6 +77,8 @@ class PlaceRule final : public DetectionPolicy {
   // tolerated and counted under that op. Where it passes it on, it is an error at that op, and the
   // eager replay of the batch names the op that made it.
   bool made_by_compiled_kernels_and_absorbed(const frames::FrameRecord& f, const frames::EntryRecord& e) const;
+  // Whether `f` was handed a non-finite tensor in memory `storage`.
+  static bool handed_nonfinite(const frames::FrameRecord& f, uintptr_t storage);
   // The path of the module a value belongs to.
   std::string owner_path(const Made& m) const;
   // Whether ops of `reader` may read the value (its owner's or inside it), and whether the value

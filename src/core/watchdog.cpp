@@ -24,7 +24,19 @@ Watchdog::Impl::Impl(std::unique_ptr<core::ModelIndex> model_index, Options opti
       ranks(opts.ranks()),
       delivery(opts, ranks.session().files_dir(opts.report_dir()), detection_policy()) {
   anchor = std::make_shared<capture::SessionAnchor>(this);
-  capture::bind_to_this_thread(anchor);
+  capture::bind_to_this_thread(anchor, /*observe_ops=*/opts.exact());
+}
+
+void Watchdog::Impl::require_module_boundaries() const {
+  if (opts.exact() || every_forward_scoped) return;
+  throw OptionError(kModuleBoundariesOnlyInPython);
+}
+
+bool Watchdog::Impl::watches_ops_in(int64_t batch) const {
+  // What reads op by op: a traced batch prints every op; the FP8 probe, the statistics, the
+  // headroom counts and the dumps are of ops' tensors.
+  return opts.exact() || batches.is_traced(batch) || opts.fp8().enabled() || !opts.stats_collections().empty() ||
+         opts.headroom() || opts.dumps().enabled();
 }
 
 std::unique_ptr<core::DetectionPolicy> Watchdog::Impl::detection_policy() {
@@ -182,11 +194,15 @@ void Watchdog::Impl::end_auto_batch() {
 }
 
 bool Watchdog::Impl::begin_explicit_batch() {
-  if (capture::batch_open_here(anchor.get())) return false;  // forward() inside batch(): one batch
+  // forward() inside batch(): one batch
+  if (boundary_batch_open || capture::batch_open_here(anchor.get())) return false;
+  require_module_boundaries();
   {
     std::unique_lock<std::mutex> lock(mutex);
     begin_batch_locked(lock);
-    capture::push_batch(anchor);
+    ops_watched = watches_ops_in(batches.current());
+    if (ops_watched) capture::push_batch(anchor);
+    else boundary_batch_open = true;
   }
   deliver_step_outcome();
   return true;
@@ -221,7 +237,8 @@ void Watchdog::Impl::close_explicit_batch() {
     check_parameter_gradients();
     ranks.grads_at_batch_end = false;
   }
-  capture::pop_batch(anchor.get(), gradients_checked_in_batch.load());
+  if (boundary_batch_open) boundary_batch_open = false;
+  else capture::pop_batch(anchor.get(), gradients_checked_in_batch.load());
   {
     std::unique_lock<std::mutex> lock(mutex);
     end_batch_locked(lock);

@@ -46,6 +46,8 @@ Watchdog::Watchdog(std::shared_ptr<torch::nn::Module> model, Options options) {
 
 Watchdog::Watchdog(const torch::jit::Module& model, Options options) {
   options.validate();
+  // (A TorchScript forward opens its batch inside an op callback: refused here, not there.)
+  if (!options.exact()) throw OptionError(Impl::kModuleBoundariesOnlyInPython);
   auto impl = std::make_unique<Impl>(nullptr, std::move(options));
   report::prepare_report_dir(impl->delivery.files_dir());
   impl->index = std::make_unique<core::ModelIndex>(model, impl->strings, impl->places);
@@ -204,6 +206,25 @@ void Watchdog::compiled_call_returned(const torch::nn::Module& module,
   if (const auto place = impl_->index->module_place(&module)) {
     impl_->record_boundary(*place, Impl::BoundaryFrame::Compiled, outputs, lock);
   }
+}
+
+void Watchdog::module_returned(const torch::nn::Module& module,
+                               const std::vector<std::pair<std::string, at::Tensor>>& inputs,
+                               const std::vector<std::pair<std::string, at::Tensor>>& outputs) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (!impl_->index || impl_->ops_watched) return;
+  if (const auto place = impl_->index->module_place(&module)) impl_->record_whole_module(module, *place, inputs, outputs, lock);
+}
+
+bool Watchdog::watching_ops() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->ops_watched;
+}
+
+void Watchdog::check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  if (!impl_->index || impl_->ops_watched || tensors.empty()) return;
+  impl_->record_written(what, tensors, lock);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Frames of module boundaries: what a module was handed or returned, what a compiled call made.
 #include <ATen/core/Tensor.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/nn/module.h>
 
 #include "core/entry_builder.h"
 #include "core/watchdog_impl.h"
@@ -33,7 +34,7 @@ void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at:
 }
 
 FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, BoundaryFrame kind) {
-  static constexpr const char* kOps[] = {"call", "return", "compiled call"};
+  static constexpr const char* kOps[] = {"call", "return", "compiled call", "forward"};
   FrameRecord f;
   f.reset();
   f.batch_number = batches.current();
@@ -66,6 +67,50 @@ void Watchdog::Impl::record_boundary(uint32_t module_place, BoundaryFrame kind,
     finish_frame(f, lock);
     if (delivery.stopped()) return;
   }
+}
+
+void Watchdog::Impl::record_whole_module(const torch::nn::Module& module, uint32_t module_place,
+                                         const std::vector<std::pair<std::string, at::Tensor>>& inputs,
+                                         const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+                                         std::unique_lock<std::mutex>& lock) {
+  if (delivery.stopped() || !batches.open()) return;
+  c10::InferenceMode no_autograd;
+  FrameRecord f = boundary_frame(module_place, BoundaryFrame::Module);
+  f.whole_module = true;
+  // The inputs are mostly what earlier modules returned, read then: the batch's read cache serves
+  // them. (FrameRecord::add keeps room for the outputs, and a non-finite entry over a finite one.)
+  auto add = [&](const std::pair<std::string, at::Tensor>& named, Role role) {
+    EntryRecord e = read_entry(f, named.second, role, -1, -1, false);
+    e.path = strings.intern(named.first);
+    f.add(e);
+  };
+  // As HF's frames: the module's own parameters, what it was handed, what it returned. A
+  // parameter is read once a batch (the cache serves its later calls: its version is unchanged).
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    EntryRecord e = read_entry(f, p.value(), Role::Param, -1, -1, false);
+    e.param_name = strings.intern(p.key());
+    f.add(e);
+  }
+  for (const auto& named : inputs) add(named, Role::Input);
+  for (const auto& named : outputs) add(named, Role::Output);
+  finish_frame(f, lock);
+}
+
+void Watchdog::Impl::record_written(const std::string& what,
+                                    const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                                    std::unique_lock<std::mutex>& lock) {
+  if (delivery.stopped() || !batches.open()) return;
+  c10::InferenceMode no_autograd;
+  // Outside the model: any inf/nan there is an error, as an op outside the model that made it.
+  FrameRecord f = boundary_frame(0, BoundaryFrame::Module);
+  f.op = f.op_key = strings.intern(what);
+  f.in_model = false;
+  for (const auto& [name, t] : tensors) {
+    EntryRecord e = read_entry(f, t, Role::Output, -1, -1, false);
+    e.path = strings.intern(name);  // (what the step wrote: its output, named as the tensor is)
+    f.add(e);
+  }
+  finish_frame(f, lock);
 }
 
 }  // namespace sentinel

@@ -126,7 +126,15 @@ struct Watchdog::Impl final : capture::Session {
                       std::unique_lock<std::mutex>& lock);
   // What a boundary frame holds: what a module was handed ("call"), what it returned ("return"),
   // or what its compiled call made ("compiled call": judged as the module's own op's results).
-  enum class BoundaryFrame : uint8_t { Handed, Returned, Compiled };
+  enum class BoundaryFrame : uint8_t { Handed, Returned, Compiled, Module };
+  // Watchdog::module_returned (lock held): a module's whole forward as one frame.
+  void record_whole_module(const torch::nn::Module& module, uint32_t module_place,
+                           const std::vector<std::pair<std::string, at::Tensor>>& inputs,
+                           const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+                           std::unique_lock<std::mutex>& lock);
+  // Watchdog::check_written (lock held).
+  void record_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                      std::unique_lock<std::mutex>& lock);
   // Watchdog::module_boundary, Watchdog::compiled_call_returned (lock held).
   void record_boundary(uint32_t module_place, BoundaryFrame kind,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors, std::unique_lock<std::mutex>& lock);
@@ -198,6 +206,17 @@ struct Watchdog::Impl final : capture::Session {
   // there without a version count (a fused optimizer, batch norm's running statistics).
   void forget_reads_of(const std::vector<at::Tensor>& written);
   bool compiler_running = false;      // set_compiler_running: ops make no frame
+  // Whether the open batch watches op by op (Options::exact, or a feature that needs op frames in
+  // it): a batch that does not installs no RecordFunction callback, and its modules are frames.
+  bool ops_watched = true;
+  bool watches_ops_in(int64_t batch) const;
+  // Options::exact false needs a front end that sees every module's forward begin and end (the
+  // Python module's hooks): elsewhere it is an OptionError, at the first batch.
+  void require_module_boundaries() const;
+  static constexpr const char* kModuleBoundariesOnlyInPython =
+      "sentinel: exact: false watches module boundaries, which only the Python module's hooks see; the C++ API, "
+      "TorchScript and the command line watch every op (leave exact at true)";
+  bool boundary_batch_open = false;  // an explicit batch open that watches no op (not on the thread's list)
   // Watchdog::set_every_forward_scoped: each module's forward runs inside its scope (the Python
   // module's hooks), so an op belongs to the innermost module running, whichever module's
   // parameters it reads (F.linear(x, self.proj.weight) is its caller's op).

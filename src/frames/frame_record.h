@@ -60,6 +60,9 @@ struct FrameRecord {
   // `full(size, inf)`): the op's own non-finite results may be that constant (core/place_rule.h).
   bool nonfinite_constant = false;
   bool is_return = false;  // not an op: what a module's forward returned (its outputs)
+  // Not an op: a module's whole forward, seen at its boundary (Options::exact false): what it was
+  // handed and what it returned.
+  bool whole_module = false;
   // A forward op run again inside the backward (gradient checkpointing recomputes a block).
   bool recomputed = false;
   // The op writes into an argument (in place, out=); otherwise a result in an argument's memory
@@ -102,6 +105,7 @@ struct FrameRecord {
     in_compiled_code = false;
     nonfinite_constant = false;
     is_return = false;
+    whole_module = false;
     recomputed = false;
     writes_arguments = false;
     factors_deferred = false;
@@ -152,6 +156,7 @@ struct FrameRecord {
     in_compiled_code = o.in_compiled_code;
     nonfinite_constant = o.nonfinite_constant;
     is_return = o.is_return;
+    whole_module = o.whole_module;
     recomputed = o.recomputed;
     writes_arguments = o.writes_arguments;
     factors_deferred = o.factors_deferred;

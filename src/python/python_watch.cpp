@@ -24,6 +24,10 @@ namespace python {
 
 namespace {
 
+// Whether Python's watchdogs watch every op unless told otherwise (exact=False: module
+// boundaries, and a replay at an inf/nan).
+constexpr bool kPythonWatchesEveryOp = true;
+
 struct MirrorBuild {
   std::unordered_map<PyObject*, std::shared_ptr<torch::nn::Module>> made;
   std::vector<std::shared_ptr<torch::nn::Module>>& mirrors;
@@ -61,7 +65,10 @@ PythonWatch::PythonWatch(py::handle model, const py::dict& kwargs, py::object co
     throw py::type_error(fmt::format("overflow_sentinel: model must be a torch.nn.Module, not {}",
                                      py::str(py::type::of(model).attr("__name__")).cast<std::string>()));
   }
-  Options options = config.is_none() ? Options() : Options::from_yaml(py::str(config));
+  // Python's default tier (Options::exact).
+  Options defaults;
+  defaults.exact(kPythonWatchesEveryOp);
+  Options options = config.is_none() ? defaults : Options::from_yaml(py::str(config), defaults);
   apply_options(options, kwargs);
   if (!callback.is_none()) {
     if (!PyCallable_Check(callback.ptr())) throw py::type_error("overflow_sentinel: callback must be callable");
@@ -163,10 +170,15 @@ void tensors_in(py::handle value, std::vector<at::Tensor>& out, int depth = 0) {
 
 }  // namespace
 
-bool PythonWatch::leave(size_t module, py::handle output) {
+bool PythonWatch::leave(size_t module, py::handle output, py::handle arguments) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
   Watchdog& w = live();
-  if (opaque_result(output)) {
+  if (!ops_watched_ && batch_) {
+    NamedTensors handed, returned;
+    if (!arguments.is_none()) named_tensors(arguments, "input", handed);
+    named_tensors(output, "output", returned);
+    if (!returned.empty()) without_gil([&] { w.module_returned(*mirrors_[module], handed, returned); });
+  } else if (opaque_result(output)) {
     // What HF shows as "not a tensor" (a ModelOutput, a cache): its tensors, named, in a frame.
     NamedTensors found;
     named_tensors(output, "output", found);
@@ -194,7 +206,7 @@ void PythonWatch::read_named(size_t module, py::handle value, const char* root, 
   without_gil([&] { read(w, *mirrors_[module], found); });
 }
 
-void PythonWatch::read_compiled_input(size_t module, py::handle arguments) {
+void PythonWatch::read_call_arguments(size_t module, py::handle arguments) {
   read_named(module, arguments, "input", [](Watchdog& w, const torch::nn::Module& m, const NamedTensors& found) {
     w.module_boundary(m, /*returning=*/false, found);
   });
@@ -204,6 +216,11 @@ void PythonWatch::read_compiled_output(size_t module, py::handle output) {
   read_named(module, output, "output", [](Watchdog& w, const torch::nn::Module& m, const NamedTensors& found) {
     w.compiled_call_returned(m, found);
   });
+}
+
+void PythonWatch::check_written(const std::string& what, const NamedTensors& tensors) {
+  Watchdog& w = live();
+  without_gil([&] { w.check_written(what, tensors); });
 }
 
 std::string PythonWatch::tolerated_json() const {
@@ -222,7 +239,10 @@ void PythonWatch::begin_batch() {
   // exception was not already the sentinel's) is raised before the next batch starts.
   if (batch_) end_batch();
   handed_in_.clear();
-  without_gil([&] { batch_.emplace(w.batch()); });
+  without_gil([&] {
+    batch_.emplace(w.batch());
+    ops_watched_ = w.watching_ops();
+  });
 }
 
 void PythonWatch::end_batch() {

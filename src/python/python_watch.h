@@ -46,14 +46,19 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   // shows "not a tensor" (a ModelOutput, a cache), the tensors inside are read, named by their
   // path (Watchdog::module_boundary); otherwise the result's tensors are looked at by the place
   // rule (Watchdog::returned) while a value is tolerated.
+  // In a batch that watches no op (Options::exact false), leave reads the module's whole forward,
+  // `arguments` and `output`, as one frame (Watchdog::module_returned).
   void enter(size_t module, pybind11::handle arguments);
-  bool leave(size_t module, pybind11::handle output);
-  // A compiled call of module i, whose kernels run no op that would read what crosses it: every
-  // tensor in its arguments (positional or keyword), read as a "call" frame ("input[0]",
-  // "input['mask']"), after enter(); and in its result (Watchdog::compiled_call_returned),
-  // before leave().
-  void read_compiled_input(size_t module, pybind11::handle arguments);
+  bool leave(size_t module, pybind11::handle output, pybind11::handle arguments);
+  // Every tensor in module i's arguments (positional or keyword), read as a "call" frame
+  // ("input[0]", "input['mask']"), judged as what the module was handed, after enter(): what
+  // crosses a compiled call (whose kernels run no op that would read it), and the model's own
+  // inputs in a batch that watches no op. And the tensors in a compiled call's result
+  // (Watchdog::compiled_call_returned), before leave().
+  void read_call_arguments(size_t module, pybind11::handle arguments);
   void read_compiled_output(size_t module, pybind11::handle output);
+  // Watchdog::check_written: tensors written outside the ops watched (an optimizer's step), named.
+  void check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
   // The values the place rule tolerated so far: a JSON report whose `tolerated` holds them.
   std::string tolerated_json() const;
   // What these detect is thrown as the library's errors, which the module's one exception
@@ -73,6 +78,8 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   // delivered) and returns what it printed meanwhile. Idempotent.
   std::string close();
   bool closed() const { return !watchdog_; }
+  bool exact() const { return live().options().exact(); }
+  bool watching_ops() const { return ops_watched_; }  // in the open (or last) batch
 
   int64_t batch_number() const;
   void set_batch_number(int64_t next);
@@ -100,6 +107,7 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   pybind11::list python_modules_;
   std::unique_ptr<Watchdog> watchdog_;
   std::optional<BatchGuard> batch_;
+  bool ops_watched_ = true;  // by the open batch (Watchdog::watching_ops)
   // The tensors read in modules' arguments this batch, each as it was then (its version).
   struct HandedIn {
     const void* impl;

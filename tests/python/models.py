@@ -92,6 +92,21 @@ class SqrtHead(nn.Module):
         return torch.sqrt(torch.relu(self.lin(x)))
 
 
+class SqrtOfZero(nn.Module):
+    """sqrt of a linear layer's zeros: finite forward, the gradient into the layer inf (it reaches
+    the layer's weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.lin.weight.zero_()
+            self.lin.bias.zero_()
+
+    def forward(self, x):
+        return torch.sqrt(self.lin(x * 1.0))  # (x itself is not kept for the backward)
+
+
 class Mlp(nn.Module):
     def __init__(self, d=16):
         super().__init__()

@@ -8,7 +8,7 @@ from torch import nn
 
 from overflow_sentinel import NonFiniteError, Watch
 
-from models import line_of, plant_overflow, tiny_t5
+from models import SqrtOfZero, line_of, plant_overflow, tiny_t5
 
 
 @pytest.fixture(autouse=True)
@@ -119,20 +119,6 @@ def test_watching_makes_the_same_graphs_and_the_same_results_bit_for_bit(make, c
     assert all(torch.equal(a, b) for a, b in zip(watched[2], unwatched[2]))
     if make is WithBreak:
         assert sum(unwatched[0][0].values()) >= 1 and unwatched[0][1] == 2
-
-
-class SqrtOfZero(nn.Module):
-    """sqrt of a linear layer's zeros: finite forward, the gradient into the layer inf."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        with torch.no_grad():
-            self.lin.weight.zero_()
-            self.lin.bias.zero_()
-
-    def forward(self, x):
-        return torch.sqrt(self.lin(x))
 
 
 def test_a_backward_inf_under_compile_is_replayed_with_its_backward():

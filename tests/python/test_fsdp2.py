@@ -62,14 +62,15 @@ def batch(step, rank, plant):
     return x
 
 
-def train(model, plant="", watch=False, report_dir=None):
+def train(model, plant="", watch=False, report_dir=None, exact=True):
     import overflow_sentinel
 
     rank = torch.distributed.get_rank()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     w = None
     if watch:
-        w = overflow_sentinel.watch_steps(model, optimizer, report_dir=report_dir, max_frames_to_save=400)
+        w = overflow_sentinel.watch_steps(model, optimizer, report_dir=report_dir, max_frames_to_save=400,
+                                          exact=exact)
     losses = []
     for step in range(STEPS):
         kind, plant_rank, plant_step = (plant.split(":") + ["", "-1", "-1"])[:3]
@@ -107,11 +108,14 @@ def run_rank(mode, report_dir):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     outcome = {"rank": rank}
+    # "boundary/...": the same run watched at module boundaries (exact=False).
+    exact = not mode.startswith("boundary/")
+    mode = mode.split("/")[-1]
     if mode == "clean":
         unwatched = sharded()
         expected, _ = train(unwatched)
         model = sharded()
-        losses, w = train(model, watch=True, report_dir=report_dir)
+        losses, w = train(model, watch=True, report_dir=report_dir, exact=exact)
         outcome["equal_losses"] = losses == expected
         outcome["equal_parameters"] = all(torch.equal(a._local_tensor, b._local_tensor)
                                           for a, b in zip(unwatched.parameters(), model.parameters()))
@@ -130,14 +134,15 @@ def run_rank(mode, report_dir):
         else:
             model = sharded(torch.float16 if mode.startswith("cast") else None)
         try:
-            train(model, plant=mode, watch=True, report_dir=report_dir)
+            train(model, plant=mode, watch=True, report_dir=report_dir, exact=exact)
             outcome["stopped"] = False
         except NonFiniteError as error:
             report = error.report
             data = report.as_dict()
             outcome.update(stopped=True, batch=report.batch_number, ranks=data.get("ranks"),
                            trigger=str(report.trigger), origin=report.origin,
-                           mixed_precision=report.mixed_precision, overflowed=sum(OVERFLOWED))
+                           mixed_precision=report.mixed_precision, overflowed=sum(OVERFLOWED),
+                           replay_notes=error.replay.notes if getattr(error, "replay", None) else None)
     # A file per rank: torchrun interleaves the ranks' standard outputs.
     with open(os.path.join(report_dir, f"outcome{rank}.json"), "w") as f:
         json.dump(outcome, f)
@@ -182,6 +187,20 @@ def test_a_clean_fsdp2_run_trains_watched_bit_equal_to_an_unwatched_one(tmp_path
         # The gradient's shard as the optimizer reads it; the unsharded one as FSDP reduces it.
         assert f"blocks.0.fc1.weight.grad{rows}" in o["labels"], o["labels"]
         assert "blocks.0.fc1.weight.grad" in o["labels"], o["labels"]
+
+
+def test_watched_at_module_boundaries_fsdp2_trains_bit_equal_and_a_shards_inf_stops_every_rank_unreplayed(tmp_path):
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    for o in launch("boundary/clean", 2, clean):
+        assert o["equal_losses"] and o["equal_parameters"] and not o["report"] and o["batch_number"] == STEPS, o
+        assert "Block" in o["classes"] and "weight" in o["labels"], o
+    # The inf all-gathered into every rank's blocks.1.fc2: each stops at that module's frame; a
+    # replay would gather the shards again on one rank alone (a hang): none runs, and it says why.
+    for o in launch("boundary/shard:0:1", 2, tmp_path):
+        assert o["stopped"] and o["batch"] == 1, o
+        assert o["trigger"].startswith("blocks.1.fc2 Linear forward"), o["trigger"]
+        assert o["replay_notes"] and "sharded by FSDP2" in o["replay_notes"][0], o
 
 
 @pytest.mark.parametrize("ranks", [2, 4])

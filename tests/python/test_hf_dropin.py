@@ -9,9 +9,11 @@ import overflow_sentinel
 from overflow_sentinel import DebugUnderflowOverflow, NonFiniteError, AbortAfterBatch
 
 from models import SqrtHead, line_of, plant_overflow, tiny_t5
+from tiers import both_tiers, named
 
 
-def test_the_first_overflow_is_reported_in_hfs_layout_and_raised_as_a_value_error(capsys):
+@both_tiers
+def test_the_first_overflow_is_reported_in_hfs_layout_and_raised_as_a_value_error(capsys, tier):
     model = tiny_t5()
     debug = DebugUnderflowOverflow(model)
     model(torch.ones(2, 8))  # batch 0: clean
@@ -23,7 +25,7 @@ def test_the_first_overflow_is_reported_in_hfs_layout_and_raised_as_a_value_erro
     out = capsys.readouterr().out
     assert "Detected inf/nan during batch_number=1" in out
     assert "Last 21 forward frames:" in out
-    report = error.report
+    report = named(error)
     assert report.batch_number == 1
     assert 10 < len(report.frames) <= 21
     # The mul written between the two projections makes the inf; wo, inside the same module, reads
@@ -57,9 +59,10 @@ def test_the_first_overflow_is_reported_in_hfs_layout_and_raised_as_a_value_erro
     strict = DebugUnderflowOverflow(model, strict=True)
     with pytest.raises(ValueError) as caught:
         model(torch.ones(2, 8))
-    assert caught.value.report.trigger.op == "aten::mul"
-    assert caught.value.report.produced_here and caught.value.report.origin_frame is None
-    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in caught.value.report.python_stack[0]
+    strictly = named(caught.value)
+    assert strictly.trigger.op == "aten::mul"
+    assert strictly.produced_here and strictly.origin_frame is None
+    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in strictly.python_stack[0]
     strict.close()
     # The parameters a frame uses carry their names and role.
     wi_0 = [f for f in report.frames if f.module_path == "block.1.layer.0.DenseReluDense.wi_0"]

@@ -20,6 +20,7 @@ transformers = pytest.importorskip("transformers")
 from transformers.debug_utils import DebugUnderflowOverflow as HfDebug  # noqa: E402
 
 import overflow_sentinel  # noqa: E402
+from tiers import both_tiers, named  # noqa: E402
 
 SMALL = dict(vocab_size=100)
 
@@ -118,14 +119,17 @@ def inside(path, module):
     return path == module or path.startswith(module + ".")
 
 
+@both_tiers
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_both_stop_in_the_same_batch_and_ours_holds_every_value_hf_prints(name, capsys):
+def test_both_stop_in_the_same_batch_and_ours_holds_every_value_hf_prints(name, capsys, tier):
     hf_text, hf_error = run(name, HfDebug, planted=True)
     _, our_error = run(name, overflow_sentinel.DebugUnderflowOverflow, planted=True)
     assert hf_error is not None, f"{name}: HF's class did not stop on the planted overflow"
     assert isinstance(our_error, overflow_sentinel.NonFiniteError), f"{name}: ours did not stop ({our_error!r})"
     hf_batch = int(re.search(r"Detected inf/nan during batch_number=(\d+)", hf_text).group(1))
-    report = our_error.report
+    if tier == "boundary":
+        module_frames_equal_hfs(name, hf_text, hf_batch, our_error.report)
+    report = named(our_error)
     assert report.batch_number == hf_batch == 1
 
     frames = hf_frames(hf_text, hf_batch)
@@ -189,6 +193,22 @@ def test_both_stop_in_the_same_batch_and_ours_holds_every_value_hf_prints(name, 
           f"({held_where_made} held where they were made); HF stopped at {hf_stop}, ours at {report.trigger}")
     assert frames_compared >= 5
     assert not missing, f"{name}:\n" + "\n".join(missing)
+
+
+def module_frames_equal_hfs(name, hf_text, batch, report):
+    """The boundary tier's frames are HF's, entry for entry: the same modules in the same order up to
+    the one both stop at, each with the same parameters, inputs and outputs at HF's precision (what
+    HF prints as 'None' or 'not a tensor' aside: ours names the tensors inside)."""
+    hf = hf_frames(hf_text, batch)
+    ours = [f for f in report.frames if f.batch_number == batch and f.op == "forward"]
+    assert [(f.module_path, f.module_class) for f in ours] == [(path, cls) for path, cls, _ in hf], name
+    for (path, cls, entries), frame in zip(hf, ours):
+        mine = {e.label: (printed(e.stats.abs_min), printed(e.stats.abs_max)) for e in frame.entries
+                if getattr(e, "stats", None)}
+        for label, low, high in entries:
+            if low is not None:
+                assert mine.get(label) == (low, high), f"{name}: {path} {cls} {label}: HF {low} {high}, ours {mine}"
+    assert report.trigger.module_path == hf[-1][0]
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

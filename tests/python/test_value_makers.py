@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from overflow_sentinel import DebugUnderflowOverflow, NonFiniteError
+from tiers import both_tiers, named
 
 
 class Caster(nn.Module):
@@ -51,7 +52,8 @@ def planted_half_overflow(model):
 
 
 @pytest.mark.parametrize("like", [None, torch.zeros(1, dtype=torch.float16)], ids=["half", "to_other"])
-def test_an_overflowing_cast_in_a_submodule_is_the_origin_with_its_dtypes(like):
+@both_tiers
+def test_an_overflowing_cast_in_a_submodule_is_the_origin_with_its_dtypes(like, tier):
     transformers = pytest.importorskip("transformers")
     from transformers.debug_utils import DebugUnderflowOverflow as HfDebug
 
@@ -68,7 +70,7 @@ def test_an_overflowing_cast_in_a_submodule_is_the_origin_with_its_dtypes(like):
     debug = DebugUnderflowOverflow(model)
     with pytest.raises(NonFiniteError) as caught:
         model(x)
-    report = caught.value.report
+    report = named(caught.value)
     assert report.trigger.module_path == "cast" and report.trigger.op == "return"
     assert report.escape == "returned"
     assert report.origin_frame.module_path == "cast" and report.origin_frame.op == "aten::to"
@@ -135,13 +137,14 @@ class NanThenCopied(nn.Module):
         return self.out(h.transpose(1, 2).reshape(x.size(0), -1).reshape(x.shape))
 
 
-def test_a_nan_copied_then_read_by_another_module_names_the_op_that_made_it():
+@both_tiers
+def test_a_nan_copied_then_read_by_another_module_names_the_op_that_made_it(tier):
     torch.manual_seed(2)
     model = nn.Sequential(NanThenCopied())
     debug = DebugUnderflowOverflow(model)
     with pytest.raises(NonFiniteError) as caught:
         model(torch.randn(2, 4, 6))
-    report = caught.value.report
+    report = named(caught.value)
     assert report.origin_frame is not None and report.origin_frame.op == "aten::sqrt"
     assert report.origin_frame.module_path == "0"
     assert "passed through" not in report.origin

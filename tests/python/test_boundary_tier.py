@@ -1,0 +1,232 @@
+"""The boundary tier (Python's default, `exact=False`): each module's forward is one frame read as
+it returns, no op callback runs in an ordinary batch, and at an inf/nan the batch is replayed op by
+op, whose report names what exact mode (`exact=True`) names."""
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import overflow_sentinel
+from overflow_sentinel import DebugUnderflowOverflow, NonFiniteError, Watch, _native
+
+from models import Mlp, SqrtHead, SqrtOfZero, line_of, plant_overflow, tiny_t5
+
+
+def first_error(make_watch, run):
+    w = make_watch()
+    try:
+        with pytest.raises(NonFiniteError) as caught:
+            run()
+        return caught.value
+    finally:
+        w.close()
+
+
+def answers(report):
+    """What a detection names: the module that let the value out, the op that made it, the batch
+    and the Python line."""
+    made = report.origin_frame
+    return {"module": report.trigger.module_path, "direction": report.trigger.direction,
+            "batch": report.batch_number, "origin": report.origin,
+            "made_by": None if made is None else (made.op, made.module_path),
+            "line": report.python_stack[0] if report.python_stack else None}
+
+
+def test_the_replay_names_a_forward_overflow_as_exact_mode_does(capsys):
+    model = tiny_t5()
+    plant_overflow(model, block=1)
+    exact = first_error(lambda: DebugUnderflowOverflow(model, exact=True), lambda: model(torch.ones(2, 8)))
+    capsys.readouterr()
+    boundary = first_error(lambda: DebugUnderflowOverflow(model, exact=False), lambda: model(torch.ones(2, 8)))
+    out = capsys.readouterr().out
+    # What the boundaries saw: wo (handed the mul's inf by its module) returned it.
+    trigger = boundary.report.trigger
+    assert (trigger.op, trigger.module_path) == ("forward", "block.1.layer.0.DenseReluDense.wo")
+    assert [e.label for e in trigger.entries] == ["weight", "input[0]", "output"]  # as HF lists them
+    assert {f.op for f in boundary.report.frames} <= {"call", "forward"}
+    # The replay, op by op, names the op, the module, the batch and the line exact mode names.
+    replay = boundary.replay
+    assert replay.reproduced and replay.report is boundary.report.replay.report
+    assert answers(replay.report) == answers(exact.report)
+    assert exact.report.origin_frame.op == "aten::mul"
+    assert f"models.py:{line_of('LEAVES_LINE')}:" in replay.report.python_stack[0]
+    assert f"models.py:{line_of('OVERFLOW_LINE')}:" in replay.origin_line
+    # Printed: the boundary's report, then the replay's, last.
+    assert out.index("replaying batch 0 under op-level watching") < out.rindex("Detected inf/nan")
+
+
+def test_the_replay_names_a_backward_inf_as_exact_mode_does():
+    def run(make_watch):
+        model = SqrtOfZero()
+        x = torch.ones(3, 4)
+        return first_error(lambda: make_watch(model), lambda: model(x).sum().backward())
+
+    exact = run(lambda m: Watch(m, exact=True))
+    boundary = run(lambda m: Watch(m, exact=False))
+    # The boundaries see the gradient that reached a parameter; the replay sees the node.
+    assert boundary.report.trigger.op == "AccumulateGrad"
+    assert boundary.report.trigger.module_path == "lin"
+    assert boundary.replay.reproduced
+    assert "SqrtBackward0" in boundary.replay.report.origin
+    got, want = answers(boundary.replay.report), answers(exact.report)
+    assert (got["module"], got["direction"], got["origin"]) == (want["module"], want["direction"], want["origin"])
+
+
+def test_a_backward_inf_that_reaches_no_gradient_is_seen_in_exact_mode_only():
+    # relu's backward zeroes sqrt's inf gradient before it reaches a weight (SqrtHead's note).
+    torch.manual_seed(0)
+    model, x = SqrtHead(), torch.rand(3, 4)
+    with Watch(model, exact=False):
+        model(x).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+    assert "SqrtBackward0" in first_error(lambda: Watch(model, exact=True),
+                                          lambda: model(x).sum().backward()).report.origin
+
+
+def test_an_ordinary_batch_runs_no_op_callback():
+    # On a thread of its own: LibTorch's op callbacks are per thread (the suite's earlier tests
+    # leave watchdogs alive on the main thread until they are collected).
+    seen, calls, errors = {}, [], []
+
+    def run():
+        try:
+            seen["before"] = _native.record_function_callbacks_installed()
+            model = Mlp()
+            model.fc2.register_forward_hook(lambda *a: calls.append(_native.record_function_callbacks_installed()))
+            for exact in (False, True):
+                with Watch(model, exact=exact):
+                    model(torch.ones(2, 16))
+            # A traced batch watches op by op, and prints its ops.
+            with Watch(model, exact=False, trace_batch_nums=[1]) as w:
+                model(torch.ones(2, 16))
+                seen["traced_first"] = w._native.watching_ops
+                model(torch.ones(2, 16))
+                seen["traced_second"] = w._native.watching_ops
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert seen == {"before": False, "traced_first": False, "traced_second": True}
+    assert calls == [False, True, False, True]  # boundary, exact, boundary, traced
+
+
+class MaskedAttention(nn.Module):
+    """The mask is made by the model's own code and handed down: -inf where a key is hidden."""
+
+    def __init__(self):
+        super().__init__()
+        self.score = nn.Linear(8, 8)
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        return self.out(torch.softmax(self.score(x) + mask, dim=-1))
+
+
+class MaskingModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = MaskedAttention()
+
+    def forward(self, x):
+        mask = torch.full((x.shape[0], x.shape[-1]), float("-inf")).triu(1)
+        return self.attn(x, mask)
+
+
+def test_a_mask_handed_down_is_no_error_and_frames_show_what_crossed():
+    model = MaskingModel()
+    with Watch(model, exact=False) as w:
+        model(torch.randn(8, 8))
+        frames = w.saved_frames()
+    attn = [f for f in frames if f.module_path == "attn"][-1]
+    handed = [e for e in attn.entries if e.label == "input[1]"][0]
+    assert handed.stats.neg_inf > 0  # the mask, read as handed, not judged
+    assert [f.module_path for f in frames] == ["", "attn.score", "attn.out", "attn", ""]
+    # A value made and consumed inside a module is not seen at its boundary: nothing is counted.
+    with Watch(model, exact=False) as w:
+        model(torch.randn(8, 8))
+        assert w.tolerated() == []
+    with Watch(model, exact=True) as w:
+        model(torch.randn(8, 8))
+        assert w.tolerated() and w.tolerated()[0]["neg_inf"] > 0
+
+
+def test_what_the_optimizer_wrote_is_read_after_its_step_and_named():
+    torch.manual_seed(0)
+    model = Mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=3e38)  # fc2.bias.grad is 2: 6e38 is inf
+    w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
+    model(torch.ones(2, 16)).sum().backward()
+    with pytest.raises(NonFiniteError) as caught:
+        optimizer.step()
+    report = caught.value.report
+    w.close()
+    assert report.trigger.op == "optimizer.step" and report.trigger.direction == "forward"
+    bad = [e.label for e in report.trigger.entries if e.stats.pos_inf + e.stats.neg_inf + e.stats.nan]
+    assert bad and all(label.startswith(("fc1.", "fc2.")) for label in bad)
+    # The first non-finite element, as torch itself finds it in that parameter.
+    name, index = report.first_nonfinite["tensor"], report.first_nonfinite["index"]
+    param = dict(model.named_parameters())[name]
+    assert not torch.isfinite(param[index]) and getattr(caught.value, "replay", None) is None
+
+
+def test_an_input_changed_in_place_before_the_backward_is_named():
+    model = SqrtOfZero()
+    x = torch.ones(3, 4)
+    with Watch(model, exact=False):
+        out = model(x)
+        x.mul_(2)
+        with pytest.raises(NonFiniteError) as caught:
+            out.sum().backward()
+    assert any("args[0] was changed in place" in note for note in caught.value.replay.notes)
+
+
+class DropoutOverflow(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.lin(self.drop(x) * 2)  # dropout doubles what it keeps: 2 * 2 * 1e38 is inf
+
+
+def test_a_dropout_batch_replays_with_its_random_numbers():
+    model = DropoutOverflow().train()
+    torch.manual_seed(3)
+    with Watch(model, exact=False):
+        with pytest.raises(NonFiniteError) as caught:
+            model(torch.full((4, 64), 1e38))
+    error = caught.value
+    kept = [e for e in error.report.trigger.entries if e.label == "input[0]"][0].stats.pos_inf
+    assert error.report.trigger.module_path == "lin" and kept > 0
+    replayed = error.replay.report
+    assert error.replay.reproduced and replayed.origin_frame is not None
+    made = [e for e in replayed.origin_frame.entries if e.role == "output"][0].stats.pos_inf
+    assert made == kept  # the same elements kept by the same mask
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_exact_must_be_a_bool(value):
+    with pytest.raises((TypeError, ValueError), match="exact"):
+        Watch(Mlp(), exact=value)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_watching_changes_no_result(exact):
+    torch.manual_seed(0)
+    model = tiny_t5()
+    x = torch.randn(2, 8)
+    plain = model(x)
+    plain.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with Watch(model, exact=exact):
+        watched = model(x)
+        watched.sum().backward()
+    assert torch.equal(plain, watched)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))

@@ -1,5 +1,5 @@
-"""What watching at module boundaries would cost, one layer at a time, against the op-level
-watching a Python model gets today (`exact`): the rows a boundary tier is designed from.
+"""What watching at module boundaries costs, one layer at a time, against op-level watching
+(`exact`) and Hugging Face's class: the rows the boundary tier is designed from, and the tier.
 
 Two training steps (forward, backward, clipping at 1.0, AdamW), each on copies of one model:
 the benchmarks' eager transformer (bench/python_eager.py's, 6 layers, d_model 256, batch 4 x 128)
@@ -13,7 +13,10 @@ to the one before it:
               inputs, with the watchdog's own pass (overflow_sentinel._native.count_nonfinite)
   +gradients  the parameters' gradients read after the backward
   +optimizer  what the optimizer wrote read after its step: the parameters and its states
-  exact       overflow_sentinel.watch_steps: every op watched, as today
+  boundary    overflow_sentinel.watch_steps(exact=False): the boundary tier, what the rows above
+              add up to, done by the watchdog (module frames, gradients, the optimizer's writes)
+  exact       overflow_sentinel.watch_steps(exact=True): every op watched
+  hf          transformers' DebugUnderflowOverflow: every module's parameters, inputs and outputs
   control     unwatched again: how far two identical cases differ here (the noise floor, and the
               bias of a case's place in the rotation)
 
@@ -46,7 +49,8 @@ from overflow_sentinel import _native  # noqa: E402
 from make_bench_models import Encoder  # noqa: E402
 from python_eager import BATCH, FEED_FORWARD, HEADS, LAYERS, MODEL, SEQ, timed_rounds  # noqa: E402
 
-ROWS = ("unwatched", "control", "hooks", "+outputs", "+gradients", "+optimizer", "exact")
+ROWS = ("unwatched", "control", "hooks", "+outputs", "+gradients", "+optimizer", "boundary", "exact", "hf")
+LAYERED = ROWS[2:6]  # the rows this script's own hooks make
 GPT2_LAYERS, VOCAB = 4, 1000
 
 
@@ -69,11 +73,14 @@ class Rows:
     def __init__(self, model, row):
         self.model = model
         self.row = row
-        self.level = ROWS.index(row) if row != "control" else 0
+        self.level = ROWS.index(row) if row in LAYERED else 0
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         self.found = 0  # what the reads found: kept, so that nothing is optimised away
-        if row == "exact":
-            overflow_sentinel.watch_steps(model, self.optimizer)
+        if row in ("boundary", "exact"):
+            overflow_sentinel.watch_steps(model, self.optimizer, exact=row == "exact")
+        elif row == "hf":
+            from transformers.debug_utils import DebugUnderflowOverflow
+            DebugUnderflowOverflow(model)
         elif self.level >= ROWS.index("hooks"):
             for module in model.modules():
                 module.register_forward_pre_hook(self._pre)
@@ -90,11 +97,11 @@ class Rows:
     def step(self, loss_of):
         loss = loss_of(self.model)
         loss.backward()
-        if self.row != "exact" and self.level >= ROWS.index("+gradients"):
+        if self.level >= ROWS.index("+gradients"):
             self.found += _native.count_nonfinite([p.grad for p in self.model.parameters() if p.grad is not None])
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
-        if self.row != "exact" and self.level >= ROWS.index("+optimizer"):
+        if self.level >= ROWS.index("+optimizer"):
             written = list(self.model.parameters())
             written += [t for state in self.optimizer.state.values() for t in state.values()
                         if isinstance(t, torch.Tensor) and t.dim() > 0]
@@ -139,18 +146,20 @@ def measure(name, make, loss_of, rounds):
 
 
 def per_module_call(rounds, calls=256):
-    """µs per module call: hooks doing nothing, and hooks reading the call's output, over a
-    forward of `calls` tiny modules (their own work measured and subtracted)."""
+    """µs per module call: hooks doing nothing, hooks reading the call's output, the boundary tier
+    and exact mode, over a forward of `calls` tiny modules (their own work measured and subtracted)."""
     torch.manual_seed(0)
     x = torch.randn(1, 8)
+    watched = ("hooks", "+outputs", "boundary", "exact")
     stacks = {row: torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(calls)])
-              for row in ("none", "hooks", "+outputs")}
+              for row in ("none",) + watched}
     for row in ("hooks", "+outputs"):
         case = Rows.__new__(Rows)
         case.model, case.row, case.level, case.found = stacks[row], row, ROWS.index(row), 0
         for module in stacks[row]:  # (the stack itself: not a call of the model's modules)
             module.register_forward_pre_hook(case._pre)
             module.register_forward_hook(case._post)
+    watches = [overflow_sentinel.Watch(stacks[row], exact=row == "exact") for row in ("boundary", "exact")]
 
     def forward(model):
         with torch.no_grad():
@@ -160,10 +169,12 @@ def per_module_call(rounds, calls=256):
     base = statistics.median(times["none"])
     print(f"per module call ({calls} Linear(8, 8), batch 1; {rounds} rounds): a call alone "
           f"{base / calls * 1e6:.1f} µs")
-    for row in ("hooks", "+outputs"):
+    for row in watched:
         extra = [(t - u) / calls * 1e6 for t, u in zip(times[row], times["none"])]
         median, low, high = median_interval(extra)
         print(f"  {row:<11} +{median:.1f} µs a call (95% interval {low:.1f}-{high:.1f})")
+    for w in watches:
+        w.close()
 
 
 def main():

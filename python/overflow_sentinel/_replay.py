@@ -237,6 +237,11 @@ def _replay_call(w, model, call, batch, options, backward, buffers):
     """The call run eagerly under an op-level watchdog (`w`'s replay_watch): the first report, or
     None."""
     found = []
+    # The run's gradients are set aside: the replay's backward accumulates none (autograd.grad),
+    # and its watchdog, reading .grad at the batch's end, would find the run's, not its own.
+    held = [(p, p.grad) for p in model.parameters() if p.grad is not None]
+    for p, _ in held:
+        p.grad = None
     rw = w.replay_watch(model, callback=found.append, **options)
     try:
         rw.batch_number = batch
@@ -247,6 +252,8 @@ def _replay_call(w, model, call, batch, options, backward, buffers):
     finally:
         rw.close()
         _put_back(model, buffers)
+        for p, grad in held:
+            p.grad = grad
     return found[0] if found else None
 
 

@@ -230,3 +230,42 @@ def test_watching_changes_no_result(exact):
         watched.sum().backward()
     assert torch.equal(plain, watched)
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+
+
+class SqrtOfInput(nn.Module):
+    """sqrt of an identity layer: its gradient is inf where the input is 0, and reaches the weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4, bias=False)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.eye(4))
+
+    def forward(self, x):
+        return torch.sqrt(self.lin(x))
+
+
+def test_gradient_accumulation_replays_the_micro_batch_that_made_the_inf():
+    # Two micro-batches make one optimizer step; only the second's input holds a 0.
+    model = SqrtOfInput()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
+    clean, zero = torch.ones(2, 4), torch.ones(2, 4)
+    zero[1, 2] = 0.0
+    model(clean).sum().backward()
+    model(zero).sum().backward()
+    with pytest.raises(NonFiniteError) as caught:
+        optimizer.step()
+    w.close()
+    error = caught.value
+    assert error.report.trigger.op == "AccumulateGrad" and error.report.batch_number == 0
+    # Each micro-batch replayed as it ran, with the gradient its output got: the second makes it.
+    replay = error.replay
+    assert replay.reproduced and "SqrtBackward0" in replay.report.origin
+    made = [e for e in replay.report.trigger.entries if e.role == "output"]
+    assert any(e.stats.pos_inf for e in made)
+    # torch's own backward of the second micro-batch alone is where the inf is, not the first's.
+    for x, finite in ((clean, True), (zero, False)):
+        x = x.clone().requires_grad_()
+        torch.sqrt(x).sum().backward()
+        assert bool(torch.isfinite(x.grad).all()) == finite

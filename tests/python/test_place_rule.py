@@ -284,7 +284,8 @@ def amp_training(model, steps, scaler):
     return scales
 
 
-def test_an_fp16_amp_loop_whose_grad_scaler_skips_steps_runs_on_and_counts_them(capsys):
+@both_tiers
+def test_an_fp16_amp_loop_whose_grad_scaler_skips_steps_runs_on_and_counts_them(capsys, tier):
     def scaler():
         return torch.amp.GradScaler("cpu", init_scale=2.0 ** 40, backoff_factor=1e-3, growth_interval=1000)
 
@@ -298,7 +299,10 @@ def test_an_fp16_amp_loop_whose_grad_scaler_skips_steps_runs_on_and_counts_them(
     assert amp_training(model, 5, scaler()) == expected  # no stop, and the same training
     assert [s["batch_number"] for s in debug.amp_skipped_steps] == skipped
     assert [s["scale"] for s in debug.amp_skipped_steps] == [expected[step][0] for step in skipped]
-    assert all("origin: backward node" in s["origin"] for s in debug.amp_skipped_steps)
+    # (Exact mode names the node that made the inf; the boundary tier the gradient that held it,
+    # with no replay: the scaler's skip is no error.)
+    made_by = "origin: backward node" if tier == "exact" else "the parameter gradients of"
+    assert all(made_by in s["origin"] for s in debug.amp_skipped_steps), debug.amp_skipped_steps
     assert capsys.readouterr().out.count("GradScaler skips the step of batch") == len(skipped)
     for a, b in zip(plain.parameters(), model.parameters()):
         assert torch.equal(a, b)

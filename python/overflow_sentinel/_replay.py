@@ -5,6 +5,7 @@ call began in; the first inf/nan it finds names the op. When the replay stays fi
 and why the run may have computed otherwise."""
 
 import contextlib
+import copy
 import itertools
 import os
 import sys
@@ -42,17 +43,36 @@ class Call:
         self.grad = None  # that the call's output got in the backward
 
     def changed_inputs(self):
-        return [path for path, t, version in self.versions if t._version != version]
+        """What changed in the call's arguments since it began: each as a phrase ("args[0] was
+        changed in place"). A cache object handed in (HF's DynamicCache) is looked into: the
+        forward itself replaces its layers' tensors, which the replay then starts from."""
+        now = dict(_tensors_in(("args", self.args), ("kwargs", self.kwargs)))
+        kept = {path for path, _, _ in self.versions}
+        changed = []
+        for path, t, version in self.versions:
+            if now.get(path) is not t:
+                changed.append(f"{path} was replaced")
+            elif t._version != version:
+                changed.append(f"{path} was changed in place")
+        grown = [path for path in now if path not in kept]
+        if grown:
+            changed.append(f"{grown[0]}{f' and {len(grown) - 1} more' if len(grown) > 1 else ''} appeared")
+        return changed
 
 
 def _tensors_in(*named, depth=0):
     for path, value in named:
         if isinstance(value, torch.Tensor):
             yield path, value
-        elif depth < 3 and isinstance(value, (list, tuple)):
+        elif depth >= 6 or value is None or isinstance(value, (str, bytes, int, float, bool, type, torch.nn.Module)):
+            continue
+        elif isinstance(value, (list, tuple)):
             yield from _tensors_in(*((f"{path}[{i}]", v) for i, v in enumerate(value)), depth=depth + 1)
-        elif depth < 3 and isinstance(value, dict):
+        elif isinstance(value, dict):
             yield from _tensors_in(*((f"{path}[{k!r}]", v) for k, v in value.items()), depth=depth + 1)
+        elif not callable(value) and hasattr(value, "__dict__"):  # a cache object and its layers
+            yield from _tensors_in(*((f"{path}.{k}", v) for k, v in vars(value).items() if not k.startswith("_")),
+                                   depth=depth + 1)
 
 
 def keep_gradient(call_ref):
@@ -180,7 +200,7 @@ def replay_batch(w, model, path, calls, report, compiled=True):
     try:
         for call in calls:
             for changed in call.changed_inputs():
-                notes.append(f"{changed} was changed in place after the call: the replay starts from its new value")
+                notes.append(f"{changed} after the call: the replay starts from what it holds now")
             replayed = _replay_call(w, model, call, batch, options, backward, buffers)
             if replayed is not None:
                 origin_line = None if backward else _origin_line(w, model, call, batch, options, replayed, buffers)
@@ -245,8 +265,9 @@ def _replay_call(w, model, call, batch, options, backward, buffers):
     rw = w.replay_watch(model, callback=found.append, **options)
     try:
         rw.batch_number = batch
+        args, kwargs = _own_containers(call)
         with _restored(call), rw.batch():
-            output = model(*call.args, **call.kwargs)
+            output = model(*args, **kwargs)
             if backward and call.grad is not None and not found:
                 _replay_backward(model, first_tensor_with_grad(output), call.grad)
     finally:
@@ -255,6 +276,17 @@ def _replay_call(w, model, call, batch, options, backward, buffers):
         for p, grad in held:
             p.grad = grad
     return found[0] if found else None
+
+
+def _own_containers(call):
+    """The call's arguments in containers of the replay's own, holding the same tensors: a cache
+    object the forward extends (HF's DynamicCache appends each layer's keys) is extended in the
+    replay's copy, not in the one the run keeps. As they are when they cannot be copied."""
+    shared = {id(t): t for _, t in _tensors_in(("args", call.args), ("kwargs", call.kwargs))}
+    try:
+        return copy.deepcopy((call.args, call.kwargs), shared)
+    except Exception:  # noqa: BLE001 - an object that refuses copying is handed as it is
+        return call.args, call.kwargs
 
 
 def _origin_line(w, model, call, batch, options, replayed, buffers):

@@ -269,3 +269,26 @@ def test_gradient_accumulation_replays_the_micro_batch_that_made_the_inf():
         x = x.clone().requires_grad_()
         torch.sqrt(x).sum().backward()
         assert bool(torch.isfinite(x.grad).all()) == finite
+
+
+def test_a_kv_cache_the_forward_extended_is_named_and_left_as_the_run_left_it():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=100,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    first, second = torch.randint(1, 100, (1, 6)), torch.randint(1, 100, (1, 1))
+    with torch.no_grad(), Watch(model, exact=False):
+        cache = model(input_ids=first, use_cache=True).past_key_values
+        model.transformer.h[1].mlp.c_fc.weight.fill_(1e38)
+        with pytest.raises(NonFiniteError) as caught:
+            model(input_ids=second, past_key_values=cache, use_cache=True)
+    error = caught.value
+    assert error.report.trigger.module_path == "transformer.h.1.mlp.c_fc"
+    # The run's own forward extended the cache before it stopped: the replay says so, and runs on
+    # a copy of the cache object (the run's keeps what the run made: 7 positions in each layer
+    # the forward reached, none added by the replay).
+    notes = " ".join(error.replay.notes)
+    assert "kwargs['past_key_values']" in notes and "was replaced" in notes, notes
+    assert error.replay.reproduced and "aten::addmm in transformer.h.1.mlp.c_fc" in error.replay.report.origin
+    assert cache.get_seq_length() == 7

@@ -81,12 +81,22 @@ class ModeThread:
         self._thread.join()
 
 
-def timed_rounds(models, step, rounds, warm_up=False, shuffled=False):
+class _CallingThread:
+    """ModeThread's interface, run on the calling thread."""
+
+    def timed(self, job):
+        return timed(job)
+
+    def close(self):
+        pass
+
+
+def timed_rounds(models, step, rounds, warm_up=False, shuffled=False, on_threads=True):
     """{mode: [seconds]}: each round runs `step` on every model back to back, each model on a
-    thread of its own, in a rotating order (no mode always runs first), or with `shuffled` in an
-    order shuffled anew each round (no mode always follows the same one either); with `warm_up`,
-    one step of each first, untimed."""
-    threads = {mode: ModeThread() for mode in models}
+    thread of its own (or, `on_threads` False, all on the calling thread), in a rotating order (no
+    mode always runs first), or with `shuffled` in an order shuffled anew each round (no mode
+    always follows the same one either); with `warm_up`, one step of each first, untimed."""
+    threads = {mode: ModeThread() if on_threads else _CallingThread() for mode in models}
     times = {mode: [] for mode in models}
     order = list(models)
     shuffle = random.Random(0).shuffle

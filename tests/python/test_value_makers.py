@@ -156,7 +156,8 @@ class Scale(nn.Module):
         return x * 1e5  # a float32 op under autocast: finite, beyond float16's range
 
 
-def test_an_autocast_linear_whose_input_does_not_fit_float16_names_that_input():
+@both_tiers
+def test_an_autocast_linear_whose_input_does_not_fit_float16_names_that_input(tier):
     torch.manual_seed(3)
     model = nn.Sequential(Scale(), nn.Linear(6, 6))
     x = torch.randn(4, 6)
@@ -167,7 +168,7 @@ def test_an_autocast_linear_whose_input_does_not_fit_float16_names_that_input():
     debug = DebugUnderflowOverflow(model)
     with pytest.raises(NonFiniteError) as caught, torch.autocast("cpu", dtype=torch.float16):
         model(x)
-    report = caught.value.report
+    report = named(caught.value)  # (the replay under the autocast the call ran in)
     origin = report.origin_frame or report.trigger
     assert origin.module_path == "1" and origin.op == "aten::linear"
     assert "input[0] (float32" in report.origin and "does not fit float16" in report.origin, report.origin
@@ -267,7 +268,8 @@ class FunctionalAttention(nn.Module):
         return F.linear(x * 2, self.proj.weight, self.proj.bias)
 
 
-def test_a_functional_call_with_a_childs_weight_belongs_to_the_running_module():
+@both_tiers
+def test_a_functional_call_with_a_childs_weight_belongs_to_the_running_module(tier):
     model = nn.Sequential(FunctionalAttention())
     x = torch.randn(3, 6)
     with torch.no_grad():
@@ -275,7 +277,7 @@ def test_a_functional_call_with_a_childs_weight_belongs_to_the_running_module():
     debug = DebugUnderflowOverflow(model)
     with pytest.raises(NonFiniteError) as caught:
         model(x)
-    report = caught.value.report
+    report = named(caught.value)
     origin = report.origin_frame or report.trigger
     assert origin.op == "aten::linear" and origin.module_path == "0" and origin.module_class == "FunctionalAttention"
     labels = [e.label for e in origin.entries]

@@ -154,6 +154,12 @@ class Watchdog {
                        const std::vector<std::pair<std::string, at::Tensor>>& outputs);
   // Whether the open batch (or, between batches, the last) watches op by op.
   bool watching_ops() const;
+  // In a batch that watches no op (Options::exact false): from the backward's end to the
+  // optimizer's step (`on`, then off), the training loop's own ops on this thread (clipping,
+  // unscaling) are watched op by op, as exact mode watches them: a gradient norm that overflows
+  // from finite gradients leaves nothing a later read could see. May be called inside the
+  // autograd engine's callbacks. Nothing happens in a batch that watches every op.
+  void watch_loop_ops(bool on);
   // Writes the front end saw made outside any op it watched (the boundary tier: an optimizer's
   // step): `tensors`, named ("h.0.fc.weight", "h.0.fc.weight.exp_avg"), are read as one frame (op
   // `what`, outside the model) in which any inf/nan is an error. Nothing happens in a batch that

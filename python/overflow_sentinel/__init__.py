@@ -230,6 +230,8 @@ class Watch:
         if not self._explicit:
             self._set_phase("evaluation" if self._between_steps_is_evaluation else None)
             self._call(self._native.begin_batch)
+        else:
+            self._native.watch_loop_ops(False)  # (the next micro-batch's forward: module frames again)
 
     def _set_phase(self, phase):
         """What the batches opened from now on are, in their reports (Report.phase)."""
@@ -264,13 +266,20 @@ class Watch:
         # what it found is an overflow it skips, _amp.py.)
         if self._holding() and _amp.scaler_since(self._amp_mark) is None:
             self._call(self._native.check_gradients)  # raised at the step's end (_meet_after_backward)
-            return
-        self._judge_backward(self._native.after_backward)
-
-    def _meet_after_backward(self):
-        """The step's backward is done (Trainer: before the optimizer step): the ranks meet, and
-        what this rank or another found is raised."""
+        else:
+            self._judge_backward(self._native.after_backward)
+        # Watched at module boundaries: what the training loop does to the gradients before the
+        # optimizer's step (clipping) is watched op by op, as exact mode does.
         if not self._native.closed:
+            self._native.watch_loop_ops(True)
+
+    def _meet_after_backward(self, loop_ops_done=True):
+        """The step's backward is done (Trainer: before the optimizer step): the ranks meet, and
+        what this rank or another found is raised. `loop_ops_done`: the training loop's own ops
+        are over (Lightning clips later, inside the optimizer's step)."""
+        if not self._native.closed:
+            if loop_ops_done:
+                self._native.watch_loop_ops(False)
             self._judge_backward(self._native.meet_after_backward)
 
     def _holding(self, in_forward=False):
@@ -365,7 +374,9 @@ class Watch:
         """Names `optimizer`'s state after the parameters of the watched model it belongs to
         ('h.0.fc.weight.exp_avg_sq'), after each of its steps (the state is made at the first):
         the ops that read or write it show it by that name, and a report that stops there names
-        the first non-finite element. Returns the hook's handle."""
+        the first non-finite element. At module boundaries (exact=False), what each step wrote is
+        read after it, and the training loop's own ops are watched until it begins. Returns the
+        hooks' handle."""
         handle = _optimizer.name_state_after_steps(self, optimizer)
         self._handles.append(handle)
         return handle

@@ -12,8 +12,8 @@ _NORM_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm")
 
 
 def name_state_after_steps(watch, optimizer):
-    """Names `optimizer`'s state for `watch` now and after each of its steps; returns the hook's
-    handle."""
+    """Names `optimizer`'s state for `watch` now and after each of its steps, and at module
+    boundaries reads what each step wrote; returns the hooks' handle."""
     optimizer = getattr(optimizer, "optimizer", optimizer)  # Accelerate's wrapper holds it
     # A sharded parameter's state holds this rank's rows of it (FSDP2): said after the state's name.
     names = {id(p): (n, shard_rows(p)) for n, p in _model_parameters(watch)}
@@ -38,8 +38,27 @@ def name_state_after_steps(watch, optimizer):
                        for p in group["params"] if id(p) in names]
             w._native.check_written("optimizer.step", written + [(n, t) for n, t in states if t.dim() > 0])
 
+    def loop_ops_done(opt, args, kwargs):
+        # Watched at module boundaries, the loop's own ops are watched from the backward's end to
+        # here; what the step writes is read after it (a closure's backward, Lightning's, opens the
+        # window after this and it stays open through the step).
+        w = me()
+        if w is not None and not w._native.closed:
+            w._native.watch_loop_ops(False)
+
     name_state(optimizer)
-    return optimizer.register_step_post_hook(name_state)
+    return _Handles(optimizer.register_step_pre_hook(loop_ops_done), optimizer.register_step_post_hook(name_state))
+
+
+class _Handles:
+    """Several hooks' handles as one."""
+
+    def __init__(self, *handles):
+        self._handles = handles
+
+    def remove(self):
+        for handle in self._handles:
+            handle.remove()
 
 
 def name_gradient_norm(error):

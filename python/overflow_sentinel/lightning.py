@@ -155,7 +155,7 @@ class SentinelCallback(Callback):
             return
         self._stepped = True
         try:
-            self.watch._meet_after_backward()
+            self.watch._meet_after_backward(loop_ops_done=False)
         except BaseException:
             self._end_step(*sys.exc_info())  # the step is over: its batch ends with the error
             raise

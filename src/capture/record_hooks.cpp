@@ -18,8 +18,10 @@
 
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <utility>
 
+#include "capture/loop_window.h"
 #include "capture/op_call.h"
 #include "capture/thread_state.h"
 #include "torchscript/fusion_guard.h"
@@ -452,6 +454,56 @@ void park_callback_between_steps(ThreadState& ts) {
 }
 
 }  // namespace
+
+namespace {
+
+// The window's global callback: a thread whose own callback is installed is watched by that one
+// (both would count its ops twice).
+std::unique_ptr<at::ObserverContext> on_start_in_window(const at::RecordFunction& fn) {
+  return thread_state().callback != 0 ? nullptr : on_start(fn);
+}
+
+void on_end_in_window(const at::RecordFunction& fn, at::ObserverContext* context) {
+  if (thread_state().callback == 0) on_end(fn, context);
+}
+
+std::mutex window_mutex;
+at::CallbackHandle window_callback = 0;
+int windows_open = 0;
+
+}  // namespace
+
+bool open_loop_window(const std::shared_ptr<SessionAnchor>& anchor) {
+  ThreadState& ts = thread_state();
+  if (batch_open_here(anchor.get())) return false;
+  ts.batches.push_back(anchor);
+  std::lock_guard<std::mutex> lock(window_mutex);
+  if (windows_open++ == 0 && !libtorch_state_gone) {
+    window_callback = at::addGlobalCallback(at::RecordFunctionCallback(on_start_in_window, on_end_in_window)
+                                                .needsInputs(true)
+                                                .needsOutputs(true)
+                                                .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                                                         at::RecordScope::USER_SCOPE}));
+    mark_libtorch_state_made();
+  }
+  return true;
+}
+
+void close_loop_window(const SessionAnchor* anchor) {
+  if (thread_state_destroyed()) return;
+  auto& batches = thread_state().batches;
+  for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
+    if (it->get() == anchor) {
+      batches.erase(std::next(it).base());
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(window_mutex);
+  if (windows_open > 0 && --windows_open == 0 && window_callback != 0) {
+    if (!libtorch_state_gone) at::removeCallback(window_callback);
+    window_callback = 0;
+  }
+}
 
 void pop_batch(const SessionAnchor* anchor, bool step_done) {
   if (thread_state_destroyed()) return;

@@ -283,6 +283,7 @@ DetectionPolicy::Judgement PlaceRule::judge_return(const FrameRecord& returned) 
 
 DetectionPolicy::Judgement PlaceRule::judge_whole_module(const FrameRecord& f) {
   Judgement j;
+  model_ops_scoped_ = true;  // (the training loop's ops, watched after the backward, are told from the model's)
   for (int i = 0; i < f.entry_count; ++i) {
     const EntryRecord& e = f.entries[i];
     if (e.role != Role::Output || !nonfinite_read(e)) continue;

@@ -8,6 +8,7 @@
 #include <ostream>
 #include <regex>
 
+#include "capture/loop_window.h"
 #include "capture/thread_state.h"
 #include "core/watchdog_impl.h"
 #include "options/nonfinite_allowance.h"
@@ -237,8 +238,9 @@ void Watchdog::Impl::close_explicit_batch() {
     check_parameter_gradients();
     ranks.grads_at_batch_end = false;
   }
-  if (boundary_batch_open) boundary_batch_open = false;
-  else capture::pop_batch(anchor.get(), gradients_checked_in_batch.load());
+  if (!boundary_batch_open) capture::pop_batch(anchor.get(), gradients_checked_in_batch.load());
+  else if (loop_ops_watched) capture::close_loop_window(anchor.get());
+  boundary_batch_open = loop_ops_watched = false;
   {
     std::unique_lock<std::mutex> lock(mutex);
     end_batch_locked(lock);

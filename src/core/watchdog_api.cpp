@@ -11,6 +11,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "capture/loop_window.h"
 #include "core/entry_builder.h"
 #include "core/watchdog_impl.h"
 #include "report/report_files.h"
@@ -219,6 +220,14 @@ void Watchdog::module_returned(const torch::nn::Module& module,
 bool Watchdog::watching_ops() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->ops_watched;
+}
+
+void Watchdog::watch_loop_ops(bool on) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (!impl_->boundary_batch_open || on == impl_->loop_ops_watched) return;
+  if (on && !capture::open_loop_window(impl_->anchor)) return;
+  if (!on) capture::close_loop_window(impl_->anchor.get());
+  impl_->loop_ops_watched = impl_->ops_watched = on;
 }
 
 void Watchdog::check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {

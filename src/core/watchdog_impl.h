@@ -217,6 +217,7 @@ struct Watchdog::Impl final : capture::Session {
       "sentinel: exact: false watches module boundaries, which only the Python module's hooks see; the C++ API, "
       "TorchScript and the command line watch every op (leave exact at true)";
   bool boundary_batch_open = false;  // an explicit batch open that watches no op (not on the thread's list)
+  bool loop_ops_watched = false;     // Watchdog::watch_loop_ops: the loop's window is open
   // Watchdog::set_every_forward_scoped: each module's forward runs inside its scope (the Python
   // module's hooks), so an op belongs to the innermost module running, whichever module's
   // parameters it reads (F.linear(x, self.proj.weight) is its caller's op).

@@ -82,6 +82,7 @@ PYBIND11_MODULE(_native, m) {
       .def("set_batch_number", &PythonWatch::set_batch_number)
       .def("set_phase", &PythonWatch::set_phase)
       .def("set_inside_compiled_code", &PythonWatch::set_inside_compiled_code)
+      .def("watch_loop_ops", &PythonWatch::watch_loop_ops)
       .def("set_compiler_running", &PythonWatch::set_compiler_running)
       .def("read_call_arguments", &PythonWatch::read_call_arguments)
       .def("check_written", &PythonWatch::check_written)

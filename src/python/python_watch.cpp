@@ -309,6 +309,11 @@ void PythonWatch::set_phase(const std::string& phase) {
   without_gil([&] { w.set_phase(phase); });
 }
 
+void PythonWatch::watch_loop_ops(bool on) {
+  Watchdog& w = live();
+  without_gil([&] { w.watch_loop_ops(on); });
+}
+
 void PythonWatch::set_inside_compiled_code(bool inside) {
   Watchdog& w = live();
   without_gil([&] { w.set_inside_compiled_code(inside); });

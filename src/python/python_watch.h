@@ -72,6 +72,7 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   void meet_after_backward();
   void set_phase(const std::string& phase);
   void set_inside_compiled_code(bool inside);
+  void watch_loop_ops(bool on);  // Watchdog::watch_loop_ops
   void set_compiler_running(bool running);
   std::string take_text() { return text_.take(); }
   // Ends an open batch, destroys the watchdog (its last FP8 step and device reads are

@@ -24,6 +24,24 @@ def first_error(make_watch, run):
         w.close()
 
 
+def on_a_thread_of_its_own(run):
+    """Runs `run` on a new thread and raises what it raised: LibTorch's op callbacks are per
+    thread, and the suite's earlier tests leave watchdogs alive on the main thread until collected."""
+    errors = []
+
+    def guarded():
+        try:
+            run()
+        except Exception as error:  # noqa: BLE001 - raised below, on the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=guarded)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
 def answers(report):
     """What a detection names: the module that let the value out, the op that made it, the batch
     and the Python line."""
@@ -86,31 +104,23 @@ def test_a_backward_inf_that_reaches_no_gradient_is_seen_in_exact_mode_only():
 
 
 def test_an_ordinary_batch_runs_no_op_callback():
-    # On a thread of its own: LibTorch's op callbacks are per thread (the suite's earlier tests
-    # leave watchdogs alive on the main thread until they are collected).
-    seen, calls, errors = {}, [], []
+    seen, calls = {}, []
 
     def run():
-        try:
-            seen["before"] = _native.record_function_callbacks_installed()
-            model = Mlp()
-            model.fc2.register_forward_hook(lambda *a: calls.append(_native.record_function_callbacks_installed()))
-            for exact in (False, True):
-                with Watch(model, exact=exact):
-                    model(torch.ones(2, 16))
-            # A traced batch watches op by op, and prints its ops.
-            with Watch(model, exact=False, trace_batch_nums=[1]) as w:
+        seen["before"] = _native.record_function_callbacks_installed()
+        model = Mlp()
+        model.fc2.register_forward_hook(lambda *a: calls.append(_native.record_function_callbacks_installed()))
+        for exact in (False, True):
+            with Watch(model, exact=exact):
                 model(torch.ones(2, 16))
-                seen["traced_first"] = w._native.watching_ops
-                model(torch.ones(2, 16))
-                seen["traced_second"] = w._native.watching_ops
-        except Exception as error:  # noqa: BLE001 - reported below
-            errors.append(error)
+        # A traced batch watches op by op, and prints its ops.
+        with Watch(model, exact=False, trace_batch_nums=[1]) as w:
+            model(torch.ones(2, 16))
+            seen["traced_first"] = w._native.watching_ops
+            model(torch.ones(2, 16))
+            seen["traced_second"] = w._native.watching_ops
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join()
-    assert not errors, errors
+    on_a_thread_of_its_own(run)
     assert seen == {"before": False, "traced_first": False, "traced_second": True}
     assert calls == [False, True, False, True]  # boundary, exact, boundary, traced
 
@@ -292,3 +302,29 @@ def test_a_kv_cache_the_forward_extended_is_named_and_left_as_the_run_left_it():
     assert "kwargs['past_key_values']" in notes and "was replaced" in notes, notes
     assert error.replay.reproduced and "aten::addmm in transformer.h.1.mlp.c_fc" in error.replay.report.origin
     assert cache.get_seq_length() == 7
+
+
+def test_the_loops_ops_are_watched_from_the_backward_to_the_step_and_no_longer():
+    seen = []
+
+    def run():
+        torch.manual_seed(0)
+        model = Mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
+        for step in range(2):
+            seen.append(_native.record_function_callbacks_installed())  # before the forward
+            model(torch.ones(2, 16)).sum().backward()
+            seen.append(_native.record_function_callbacks_installed())  # clipping's turn
+            if step == 1:
+                model.fc1.weight.grad[0, 0] = 1e20  # finite, its square is not: the norm is inf
+            try:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+            except NonFiniteError as error:
+                seen.append(error.report.trigger.op)
+            seen.append(_native.record_function_callbacks_installed())  # after the step
+        w.close()
+
+    on_a_thread_of_its_own(run)
+    assert seen == [False, True, False, False, True, "aten::_foreach_norm", False], seen

@@ -17,6 +17,7 @@ from torch import nn
 pl = pytest.importorskip("lightning.pytorch")
 
 from overflow_sentinel import NonFiniteError  # noqa: E402
+from tiers import both_tiers  # noqa: E402
 from overflow_sentinel.lightning import SentinelCallback  # noqa: E402
 
 D = 8
@@ -194,7 +195,8 @@ def test_an_optimizer_state_made_inf_by_a_huge_finite_gradient_is_named_with_its
     assert "on_train_batch_end" in raised_in, raised_in
 
 
-def test_with_clipping_a_non_finite_gradient_norm_is_named_at_the_steps_end(tmp_path):
+@both_tiers
+def test_with_clipping_a_non_finite_gradient_norm_is_named_at_the_steps_end(tmp_path, tier):
     # Lightning clips after on_before_optimizer_step, inside the optimizer's closure: the norm of
     # two gradients of 3e38 is beyond float32 (the oracle: torch's own norm of them), and the step
     # is lost (clipping multiplies every gradient by 1 / inf).

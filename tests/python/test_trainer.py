@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 from overflow_sentinel import NonFiniteError  # noqa: E402
+from tiers import both_tiers  # noqa: E402
 from overflow_sentinel.trainer import SentinelCallback  # noqa: E402
 
 
@@ -151,7 +152,8 @@ class PlantGradient(transformers.TrainerCallback):
             model.transformer.h[1].mlp.c_fc.weight.register_hook(huge)
 
 
-def test_with_clipping_on_a_non_finite_gradient_norm_is_named_and_the_optimizer_never_steps_with_it(tmp_path):
+@both_tiers
+def test_with_clipping_on_a_non_finite_gradient_norm_is_named_and_the_optimizer_never_steps_with_it(tmp_path, tier):
     sentinel = SentinelCallback()
     model = gpt2()
     trainer = transformers.Trainer(model=model, args=arguments(tmp_path, max_grad_norm=1.0), train_dataset=samples(12),
@@ -165,7 +167,8 @@ def test_with_clipping_on_a_non_finite_gradient_norm_is_named_and_the_optimizer_
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_with_clipping_off_training_runs_on_and_a_huge_gradient_still_stops_at_the_norm(tmp_path):
+@both_tiers
+def test_with_clipping_off_training_runs_on_and_a_huge_gradient_still_stops_at_the_norm(tmp_path, tier):
     # Trainer then computes the norm for its logs as clip_grad_norm_(parameters, inf): inf / norm,
     # clamped to 1, multiplies every gradient. Trainer's default optimizer is the fused AdamW.
     model = gpt2()

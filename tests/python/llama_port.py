@@ -4,6 +4,7 @@ loaded from a LlamaForCausalLM through the same mapping the compare is given."""
 
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -183,3 +184,19 @@ def port_of(reference, bugs_by_layer=lambda i: (), dtype=None):
     port.load_state_dict(own)
     port = port.eval()
     return port.to(dtype) if dtype is not None else port
+
+
+# The fixtures the compare tests share (imported into each test module).
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The models are small: one intra-op thread runs them as fast, and does not wait on a busy
+    second core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return llama()

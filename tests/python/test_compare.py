@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
 import llama_port as lp  # noqa: E402
+from llama_port import one_thread, reference  # noqa: E402,F401 - the fixtures the tests share
 
 import overflow_sentinel  # noqa: E402
 from overflow_sentinel.compare import FLOOR, MULTIPLE, apply_recipe  # noqa: E402
@@ -32,21 +33,6 @@ def run(reference, port, tokens, **kw):
 def rel_rmse(value, reference):
     value, reference = value.detach().double(), reference.detach().double()
     return float((value - reference).pow(2).mean().sqrt() / reference.pow(2).mean().sqrt())
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The models are small: one intra-op thread runs them as fast, and does not wait on a busy
-    second core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return lp.llama()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -15,24 +15,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
 import llama_port as lp  # noqa: E402
+from llama_port import one_thread, reference  # noqa: E402,F401 - the fixtures the tests share
 
 import overflow_sentinel  # noqa: E402
 from overflow_sentinel.compare import Rule  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The models are small: one intra-op thread runs them as fast, and does not wait on a busy
-    second core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def reference():
-    return lp.llama()
 
 
 def tokens(seq=16):

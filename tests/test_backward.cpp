@@ -8,6 +8,7 @@
 #include <sentinel/sentinel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -103,6 +104,28 @@ TEST(Backward, ACleanStepRecordsGradientFramesAndParameterGradientsByName) {
   }
   EXPECT_TRUE(saw_addmm_backward);
   EXPECT_TRUE(saw_fc1_grads);
+}
+
+TEST(Backward, TheGradientsMagnitudeIsKnownAsReadUntilTheyAreWritten) {
+  torch::manual_seed(0);
+  Mlp model;
+  std::ostringstream out;
+  sentinel::DebugUnderflowOverflow debug(model, sentinel::Options().output(out));
+  debug.backward(debug.forward(small_input()).pow(2).sum());
+  std::vector<torch::Tensor> grads;
+  double largest = 0.0;
+  for (const auto& p : model->parameters()) {
+    grads.push_back(p.grad());
+    largest = std::max(largest, p.grad().abs().max().item<double>());
+  }
+  EXPECT_EQ(debug.read_magnitude(grads), largest);  // as torch finds it
+  EXPECT_TRUE(std::isnan(debug.read_magnitude({torch::ones({3})})));  // never read
+  {
+    torch::NoGradGuard no_grad;
+    grads[0].mul_(2);  // written since: no longer known
+  }
+  EXPECT_TRUE(std::isnan(debug.read_magnitude(grads)));
+  EXPECT_EQ(debug.read_magnitude({grads[1]}), grads[1].abs().max().item<double>());
 }
 
 TEST(Backward, BadParameterGradientIsNamedByParameter) {

@@ -165,6 +165,12 @@ class Watchdog {
   // `what`, outside the model) in which any inf/nan is an error. Nothing happens in a batch that
   // watches op by op (its ops made the writes and were judged).
   void check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+  // The largest magnitude in `tensors` as the watchdog last read them, where every one was read
+  // whole on the CPU by the reads that bound an optimizer's states (the gradients after the
+  // backward and wherever the training loop's watched ops rewrote them, what check_written read)
+  // and has not been written since (its version is the one read); NaN where any was not, and
+  // infinity where one held an inf or NaN. The Python module's optimizer bounds start from it.
+  double read_magnitude(const std::vector<at::Tensor>& tensors) const;
   // Names tensors that are not parameters (an optimizer's state: "h.0.fc.weight.exp_avg_sq"): the
   // entries of the ops that read or write them carry the name. Held weakly (a freed tensor's name
   // goes with it); naming a tensor again replaces its name. The Python module names an optimizer's

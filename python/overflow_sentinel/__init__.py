@@ -169,6 +169,7 @@ class Watch:
         Watch._of_model[model] = me
         self._model_ref = weakref.ref(model)
         self._state_names = {}
+        self._state_bounds = []  # _optimizer_bounds.StateBounds of each optimizer watched
         # Once the model is gone there is nothing left to watch: the watchdog closes then.
         self._finalizer = weakref.finalize(model, _close_if_alive, me)
 

@@ -7,6 +7,7 @@ import weakref
 import torch
 
 from ._fsdp import shard_rows
+from ._optimizer_bounds import StateBounds
 
 _NORM_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::norm")
 
@@ -20,6 +21,8 @@ def name_state_after_steps(watch, optimizer):
     seen = [None]
     me = weakref.ref(watch)  # the optimizer's hook keeps no watchdog alive
     states = []
+    bounds = StateBounds(optimizer)
+    watch._state_bounds.append(bounds)
 
     def name_state(opt, args=None, kwargs=None):
         w = me()
@@ -32,11 +35,21 @@ def name_state_after_steps(watch, optimizer):
                          for key, value in state.items() if isinstance(value, torch.Tensor)]
             w._state_names = {name: weakref.ref(t) for name, t in states}
             w._native.name_tensors(states)
-        if args is not None and not w._native.watching_ops:
-            # Watched at module boundaries, no op of the step was seen: what it wrote is read now.
-            written = [(names[id(p)][0] + names[id(p)][1], p) for group in opt.param_groups
-                       for p in group["params"] if id(p) in names]
-            w._native.check_written("optimizer.step", written + [(n, t) for n, t in states if t.dim() > 0])
+        if args is None or w._native.exact:
+            return
+        groups = range(len(opt.param_groups))
+        if w._native.watching_ops:
+            # This step's ops were watched, and read what they wrote: the bounds start from that.
+            bounds.after_reading(w._native, opt, groups)
+            return
+        # Watched at module boundaries, no op of the step was seen: what it wrote is read now, but
+        # for the states a bound proves finite.
+        unproven = bounds.unproven_groups(w._native, opt)
+        read = {id(t) for t in bounds.states_of(opt, unproven)}
+        written = [(names[id(p)][0] + names[id(p)][1], p) for group in opt.param_groups
+                   for p in group["params"] if id(p) in names]
+        w._native.check_written("optimizer.step", written + [(n, t) for n, t in states if id(t) in read])
+        bounds.after_reading(w._native, opt, unproven)
 
     def loop_ops_done(opt, args, kwargs):
         # Watched at module boundaries, the loop's own ops are watched from the backward's end to
@@ -45,6 +58,8 @@ def name_state_after_steps(watch, optimizer):
         w = me()
         if w is not None and not w._native.closed:
             w._native.watch_loop_ops(False)
+            if not w._native.exact:
+                bounds.before_step(w._native, opt)
 
     name_state(optimizer)
     return _Handles(optimizer.register_step_pre_hook(loop_ops_done), optimizer.register_step_post_hook(name_state))

@@ -148,7 +148,9 @@ void Watchdog::Impl::begin_batch_locked(std::unique_lock<std::mutex>& lock) {
 }
 
 void Watchdog::Impl::clear_stats_cache_locked() {
-  if (opts.reuse_unchanged_parameter_reads() && index) {
+  // Watched at module boundaries, a parameter is read after the optimizer's step that wrote it
+  // (Watchdog::check_written, never from the cache): the next batch's frames show that read.
+  if ((opts.reuse_unchanged_parameter_reads() || !opts.exact()) && index) {
     auto tensor_of = [](const auto& param) -> const at::Tensor& { return param.first; };
     readers.cpu.cache().clear_except(index->params(), tensor_of);
     readers.device.reads().clear_except(index->params(), tensor_of);

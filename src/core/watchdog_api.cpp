@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <exception>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
 
 #include "capture/loop_window.h"
@@ -234,6 +235,21 @@ void Watchdog::check_written(const std::string& what, const std::vector<std::pai
   std::unique_lock<std::mutex> lock(impl_->mutex);
   if (!impl_->index || impl_->ops_watched || tensors.empty()) return;
   impl_->record_written(what, tensors, lock);
+}
+
+double Watchdog::read_magnitude(const std::vector<at::Tensor>& tensors) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  double largest = 0.0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || t.is_inference()) return std::numeric_limits<double>::quiet_NaN();
+    const auto found = impl_->read_magnitudes.find(t.unsafeGetTensorImpl());
+    if (found == impl_->read_magnitudes.end() || found->second.tensor.lock().get() != t.unsafeGetTensorImpl() ||
+        found->second.version != t.unsafeGetTensorImpl()->version_counter().current_version()) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    largest = std::max(largest, found->second.abs_max);
+  }
+  return largest;
 }
 
 namespace {

@@ -120,6 +120,7 @@ void Watchdog::Impl::check_parameter_gradients() {
     if (!lock.owns_lock()) lock.lock();  // a trip unlocks to report
   };
   uint32_t place = UINT32_MAX;
+  const KeepingMagnitudes keeping(*this);
   for (const auto& [param, ref] : index->params()) {
     const at::Tensor& grad = param.grad();
     if (!grad.defined()) continue;

@@ -105,8 +105,10 @@ void Watchdog::Impl::record_written(const std::string& what,
   FrameRecord f = boundary_frame(0, BoundaryFrame::Module);
   f.op = f.op_key = strings.intern(what);
   f.in_model = false;
+  // A fused optimizer writes without counting a version: nothing read before its step is reused.
+  const KeepingMagnitudes keeping(*this);
   for (const auto& [name, t] : tensors) {
-    EntryRecord e = read_entry(f, t, Role::Output, -1, -1, false);
+    EntryRecord e = read_entry(f, t, Role::Output, -1, -1, false, nullptr, /*reuse_reads=*/false);
     e.path = strings.intern(name);  // (what the step wrote: its output, named as the tensor is)
     f.add(e);
   }

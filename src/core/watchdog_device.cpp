@@ -2,6 +2,8 @@
 // read-back that resolves the frames waiting for a device's numbers, in order.
 #include <ATen/core/Tensor.h>
 
+#include <limits>
+
 #include "core/entry_builder.h"
 #include "core/read_faults.h"
 #include "core/watchdog_impl.h"
@@ -38,7 +40,28 @@ EntryRecord Watchdog::Impl::read_entry(FrameRecord& f, const at::Tensor& t, Role
   const core::ReadRequest request{role, index, sub, headroom, gemm, reuse_reads && reads_reusable()};
   EntryRecord e = readers.pick(f, t, request).read(f, t, request);
   e.storage = core::storage_key(t);
+  if (keeping_magnitudes || loop_ops_watched) keep_magnitude(t, e);
   return e;
+}
+
+void Watchdog::Impl::keep_magnitude(const at::Tensor& t, const EntryRecord& e) {
+  if (!t.defined() || t.is_inference()) return;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  // A read on a device comes back later: until then nothing is known of the values.
+  if (e.state != frames::EntryState::Read || e.pending_slot >= 0 || e.stats.count != t.numel()) {
+    read_magnitudes.erase(impl);
+    return;
+  }
+  if (read_magnitudes.size() >= 2 * read_magnitudes_kept + 256) {
+    for (auto it = read_magnitudes.begin(); it != read_magnitudes.end();) {
+      it = it->second.tensor.expired() ? read_magnitudes.erase(it) : std::next(it);
+    }
+    read_magnitudes_kept = read_magnitudes.size();
+  }
+  const double abs_max = e.stats.finite() ? e.stats.abs_max : std::numeric_limits<double>::infinity();
+  read_magnitudes.insert_or_assign(impl, ReadMagnitude{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
+                                                           t.getIntrusivePtr()),
+                                                       impl->version_counter().current_version(), abs_max});
 }
 
 core::HeldLaunches Watchdog::Impl::read_ahead(c10::ArrayRef<at::Tensor> tensors) {

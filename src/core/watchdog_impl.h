@@ -173,6 +173,27 @@ struct Watchdog::Impl final : capture::Session {
   size_t named_storages_kept = 0;  // its size after freed storages were last dropped
   // The name given to `t`'s storage, 0 when none (lock held).
   uint32_t storage_name(const at::Tensor& t) const;
+  // The magnitude each tensor had when last read by a step's reads that bound an optimizer's
+  // states (Watchdog::read_magnitude): the gradients after the backward and as the loop's watched
+  // ops rewrote them (unscaling, clipping), what an optimizer wrote. Weak, as named_storages; a
+  // record holds while the tensor's version is the one read.
+  struct ReadMagnitude {
+    c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> tensor;
+    uint32_t version = 0;
+    double abs_max = 0.0;  // infinity: it held an inf or NaN
+  };
+  std::unordered_map<const c10::TensorImpl*, ReadMagnitude> read_magnitudes;
+  size_t read_magnitudes_kept = 0;  // its size after freed tensors were last dropped
+  bool keeping_magnitudes = false;  // check_parameter_gradients and record_written are reading
+  struct KeepingMagnitudes {  // keeping_magnitudes, for a scope
+    explicit KeepingMagnitudes(Impl& impl) : impl(impl) { impl.keeping_magnitudes = true; }
+    ~KeepingMagnitudes() { impl.keeping_magnitudes = false; }
+    KeepingMagnitudes(const KeepingMagnitudes&) = delete;
+    KeepingMagnitudes& operator=(const KeepingMagnitudes&) = delete;
+    Impl& impl;
+  };
+  // Records (or, when `e` is not a whole read made now, forgets) `t`'s magnitude (lock held).
+  void keep_magnitude(const at::Tensor& t, const frames::EntryRecord& e);
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
   // The batch open now has had its gradients checked: a whole training step, nothing of which
   // is left for after it (capture::pop_batch).

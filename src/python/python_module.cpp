@@ -86,6 +86,7 @@ PYBIND11_MODULE(_native, m) {
       .def("set_compiler_running", &PythonWatch::set_compiler_running)
       .def("read_call_arguments", &PythonWatch::read_call_arguments)
       .def("check_written", &PythonWatch::check_written)
+      .def("read_magnitude", &PythonWatch::read_magnitude)
       .def("read_compiled_output", &PythonWatch::read_compiled_output)
       .def("name_tensors", &PythonWatch::name_tensors)
       .def("last_report_json", &PythonWatch::last_report_json)

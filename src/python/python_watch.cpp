@@ -223,6 +223,12 @@ void PythonWatch::check_written(const std::string& what, const NamedTensors& ten
   without_gil([&] { w.check_written(what, tensors); });
 }
 
+double PythonWatch::read_magnitude(const std::vector<at::Tensor>& tensors) const {
+  const Watchdog& w = live();
+  py::gil_scoped_release no_gil;
+  return w.read_magnitude(tensors);
+}
+
 std::string PythonWatch::tolerated_json() const {
   Report holder;
   {

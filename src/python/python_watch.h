@@ -59,6 +59,8 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   void read_compiled_output(size_t module, pybind11::handle output);
   // Watchdog::check_written: tensors written outside the ops watched (an optimizer's step), named.
   void check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+  // Watchdog::read_magnitude: the largest magnitude in these tensors as last read, NaN if unknown.
+  double read_magnitude(const std::vector<at::Tensor>& tensors) const;
   // The values the place rule tolerated so far: a JSON report whose `tolerated` holds them.
   std::string tolerated_json() const;
   // What these detect is thrown as the library's errors, which the module's one exception

@@ -165,10 +165,14 @@ def test_a_mask_handed_down_is_no_error_and_frames_show_what_crossed():
         assert w.tolerated() and w.tolerated()[0]["neg_inf"] > 0
 
 
-def test_what_the_optimizer_wrote_is_read_after_its_step_and_named():
+@pytest.mark.parametrize("implementation", [{"foreach": False}, {"foreach": True}, {"fused": True}],
+                         ids=["single_tensor", "foreach", "fused"])
+def test_what_the_optimizer_wrote_is_read_after_its_step_and_named(implementation):
     torch.manual_seed(0)
     model = Mlp()
-    optimizer = torch.optim.SGD(model.parameters(), lr=3e38)  # fc2.bias.grad is 2: 6e38 is inf
+    # fc2.bias.grad is 2: 6e38 is inf. (The fused step writes without counting a version: the
+    # parameters' reads in the forward are not taken for their new values.)
+    optimizer = torch.optim.SGD(model.parameters(), lr=3e38, **implementation)
     w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
     model(torch.ones(2, 16)).sum().backward()
     with pytest.raises(NonFiniteError) as caught:

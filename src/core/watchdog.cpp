@@ -35,9 +35,10 @@ void Watchdog::Impl::require_module_boundaries() const {
 
 bool Watchdog::Impl::watches_ops_in(int64_t batch) const {
   // What reads op by op: a traced batch prints every op; the FP8 probe, the statistics, the
-  // headroom counts and the dumps are of ops' tensors.
-  return opts.exact() || batches.is_traced(batch) || opts.fp8().enabled() || !opts.stats_collections().empty() ||
-         opts.headroom() || opts.dumps().enabled();
+  // headroom counts and the dumps are of ops' tensors; strict stops at the first op that reads or
+  // makes an inf/nan, inside a module as well.
+  return opts.exact() || opts.strict() || batches.is_traced(batch) || opts.fp8().enabled() ||
+         !opts.stats_collections().empty() || opts.headroom() || opts.dumps().enabled();
 }
 
 std::unique_ptr<core::DetectionPolicy> Watchdog::Impl::detection_policy() {

@@ -79,9 +79,13 @@ void Watchdog::Impl::record_whole_module(const torch::nn::Module& module, uint32
   f.whole_module = true;
   // The inputs are mostly what earlier modules returned, read then: the batch's read cache serves
   // them. (FrameRecord::add keeps room for the outputs, and a non-finite entry over a finite one.)
+  // What a frame that goes on with the outputs repeats: the inf/nan the module was handed, which
+  // the place rule does not take for the module's own when it returns them.
+  std::vector<EntryRecord> handed_nonfinite;
   auto add = [&](const std::pair<std::string, at::Tensor>& named, Role role) {
     EntryRecord e = read_entry(f, named.second, role, -1, -1, false);
     e.path = strings.intern(named.first);
+    if (role == Role::Input && !e.stats.finite()) handed_nonfinite.push_back(e);
     f.add(e);
   };
   // As HF's frames: the module's own parameters, what it was handed, what it returned. A
@@ -92,7 +96,17 @@ void Watchdog::Impl::record_whole_module(const torch::nn::Module& module, uint32
     f.add(e);
   }
   for (const auto& named : inputs) add(named, Role::Input);
-  for (const auto& named : outputs) add(named, Role::Output);
+  for (const auto& named : outputs) {
+    if (!f.has_room(Role::Output)) {  // (a cache of many layers): the outputs go on in the next frame
+      finish_frame(f, lock);
+      if (delivery.stopped()) return;
+      if (!lock.owns_lock()) lock.lock();  // (a trip that warns unlocks to report)
+      f = boundary_frame(module_place, BoundaryFrame::Module);
+      f.whole_module = true;
+      for (const EntryRecord& e : handed_nonfinite) f.add(e);
+    }
+    add(named, Role::Output);
+  }
   finish_frame(f, lock);
 }
 

@@ -56,7 +56,7 @@ def test_a_huge_gradient_that_makes_adams_exp_avg_sq_inf_is_named_with_parameter
 
 def test_a_full_frame_keeps_the_non_finite_entry_over_finite_ones():
     model = deep(1)  # (the watchdog lives as long as its model)
-    w = Watch(model, max_frames_to_save=10)
+    w = Watch(model, max_frames_to_save=10, exact=True)  # (an op of the loop's)
     tensors = [torch.ones(3) for _ in range(30)]
     tensors[25][1] = float("nan")
     with pytest.raises(NonFiniteError) as caught:
@@ -74,7 +74,7 @@ def test_reads_from_before_a_fused_step_are_not_taken_for_the_weights_new_values
     # it, read again after it (the same memory, the same version), shows the new values.
     model = deep(1)
     optimizer = torch.optim.Adam(model.parameters(), lr=10.0, fused=True)
-    w = Watch(model, max_frames_to_save=50)
+    w = Watch(model, max_frames_to_save=50, exact=True)  # (the step's op frames)
     w.watch_optimizer(optimizer)
     weight = model[0].weight
     with w.batch():
@@ -102,7 +102,7 @@ def test_a_fused_optimizer_reads_its_gradients_again_only_when_it_unscales_them(
     # gradient scale. Without one they are read once, as the op's inputs; with one, what the
     # unscaling writes into them is read and judged as the op's own write (a scale of 0: inf).
     model = deep(1)
-    w = Watch(model, max_frames_to_save=50)
+    w = Watch(model, max_frames_to_save=50, exact=True)  # (the step's op frames)
     params = [torch.randn(4, 3) for _ in range(3)]
     grads = [torch.randn(4, 3) for _ in range(3)]
     with w.batch():

@@ -42,7 +42,7 @@ def test_nanogpt_trains_watched_for_several_adamw_steps_and_counts_its_masks():
     unwatched = nanogpt()
     expected = train(unwatched, 4)
     model = nanogpt()
-    debug = DebugUnderflowOverflow(model)
+    debug = DebugUnderflowOverflow(model, exact=True)  # (counted op by op)
     assert train(model, 4) == expected  # watching changes nothing
     assert debug.batch_number == 4 and debug.report is None
     rows = {(r["module_path"], r["op"]): r for r in debug.tolerated()}
@@ -208,7 +208,7 @@ class WritesItsWeight(nn.Module):
 
 def test_a_value_written_into_a_parameter_stops_at_the_write():
     model = WritesItsWeight()
-    debug = DebugUnderflowOverflow(model)
+    debug = DebugUnderflowOverflow(model, exact=True)  # (seen at the write op by op only)
     with pytest.raises(NonFiniteError) as caught:
         model(torch.ones(2, 4))
     report = caught.value.report
@@ -344,7 +344,7 @@ def test_gradient_checkpointing_recomputes_without_a_batch_or_a_false_stop(reent
     plain = checkpointed_nanogpt(reentrant)
     expected = train(plain, 3)
     model = checkpointed_nanogpt(reentrant)
-    debug = DebugUnderflowOverflow(model, max_frames_to_save=100000)
+    debug = DebugUnderflowOverflow(model, max_frames_to_save=100000, exact=True)  # (the recomputed op frames)
     assert train(model, 3) == expected
     # One batch a step: the forwards recomputed inside the backward open none, and their masks,
     # made again there, are neither gradients nor counted twice.
@@ -371,7 +371,7 @@ def test_an_inf_gradient_inside_a_checkpointed_module_is_still_caught(reentrant)
     from models import SqrtHead
 
     model = Checkpointed(SqrtHead(), reentrant)
-    debug = DebugUnderflowOverflow(model)
+    debug = DebugUnderflowOverflow(model, exact=True)  # (a backward inf that reaches no .grad)
     with pytest.raises(NonFiniteError) as caught:
         model(torch.ones(2, 4, requires_grad=True)).sum().backward()
     report = caught.value.report
@@ -418,7 +418,7 @@ def test_the_ops_inside_a_custom_autograd_function_are_watched_and_its_backward_
     debug.close()
     # Under the place rule exp's inf stays inside the module (clamp makes it finite); its backward
     # multiplies by it: an inf gradient, named in the backward.
-    debug = DebugUnderflowOverflow(model)
+    debug = DebugUnderflowOverflow(model, exact=True)  # (counted op by op)
     y = model(x * 10)
     assert torch.isfinite(y).all()
     with pytest.raises(NonFiniteError) as caught:
@@ -432,7 +432,7 @@ def test_an_inf_the_program_passes_as_a_number_is_its_own_until_it_is_written_in
     # clip_grad_norm_(parameters, inf), as Trainer calls it for its logs, computes inf / norm and
     # clamps it to 1: the inf is the program's constant, not an overflow.
     model = nn.Linear(4, 3)
-    debug = DebugUnderflowOverflow(model)
+    debug = DebugUnderflowOverflow(model, exact=True)
     with debug.batch():
         model(torch.randn(2, 4)).sum().backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
@@ -458,7 +458,7 @@ def test_an_inf_the_program_passes_as_a_number_is_its_own_until_it_is_written_in
                        # made from a constant, then handed to the model: its input, an error there
                        (lambda: model(torch.ones(2, 4) * float("nan")), "aten::linear")):
         model.zero_grad()  # (the case before left its gradient poisoned)
-        debug = DebugUnderflowOverflow(model)
+        debug = DebugUnderflowOverflow(model, exact=True)
         with pytest.raises(NonFiniteError) as caught:
             with debug.batch():
                 model(torch.randn(2, 4)).sum().backward()

@@ -35,7 +35,7 @@ def test_the_update_overflowing_running_var_is_what_torch_computes():
 
 def test_an_inf_written_into_running_var_while_training_is_named_at_batch_norm():
     model = through_identity(norm()).train()
-    w = Watch(model, max_frames_to_save=10)
+    w = Watch(model, max_frames_to_save=10, exact=True)  # (a buffer's write: op by op only)
     x = torch.ones(2, 1)
     x[1] = -1.0
     with pytest.raises(NonFiniteError) as caught:
@@ -58,7 +58,7 @@ def test_in_eval_mode_the_running_statistics_are_not_read_as_written():
     model.train()
     model(torch.tensor([[1.0], [-1.0]]))  # running statistics that are not the defaults
     model.eval()
-    w = Watch(model, max_frames_to_save=10)
+    w = Watch(model, max_frames_to_save=10, exact=True)  # (op frames)
     with w.batch():
         model(torch.tensor([[0.5], [2.0]]))
     frames = [f for f in w.saved_frames() if f.op == "aten::batch_norm"]
@@ -72,7 +72,7 @@ def test_a_read_of_the_running_statistics_later_in_the_batch_shows_their_new_val
     # batch_norm reads running_var at its start and updates it without counting a version: an op
     # reading it later in the same batch must be shown the new numbers, not that first read's.
     model = through_identity(norm()).train()
-    w = Watch(model, max_frames_to_save=20)
+    w = Watch(model, max_frames_to_save=20, exact=True)  # (op frames)
     with w.batch():
         model(torch.tensor([[3.0], [-3.0]]))
         model[1].running_var.mul(2.0)

@@ -255,7 +255,7 @@ def test_where_hf_prints_not_a_tensor_ours_names_the_tensors_inside(name):
     torch.manual_seed(0)
     model, _ = MODELS[name]()
     model.eval()
-    ours = overflow_sentinel.DebugUnderflowOverflow(model, max_frames_to_save=100000)
+    ours = overflow_sentinel.DebugUnderflowOverflow(model, max_frames_to_save=100000, exact=True)  # (call and return frames)
     # The values of the tensors each module was handed and returned, read then (a cache grows later).
     seen = {}
 

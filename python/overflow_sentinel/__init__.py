@@ -3,11 +3,12 @@
     from overflow_sentinel import DebugUnderflowOverflow
     debug_overflow = DebugUnderflowOverflow(model)   # as Hugging Face's, same arguments
 
-Every op the model runs is watched (forward and backward), natively: no Python runs per op. At the
-first inf/nan the report is printed in HF's layout and NonFiniteError (a ValueError, as HF raises)
-is raised, carrying the report as an object. `exact=False` watches module boundaries instead (each
-module's forward one frame, the gradients after the backward, what the optimizer wrote after its
-step) and at the first inf/nan replays the batch op by op to name the op. See docs/python.md.
+By default the model is watched at its module boundaries (each module's forward one frame, the
+gradients after the backward, what the optimizer wrote after its step), and at the first inf/nan
+the batch is replayed op by op to name the op; `exact=True` watches every op the model runs
+(forward and backward) in every batch, natively: no Python runs per op. The report is printed in
+HF's layout and NonFiniteError (a ValueError, as HF raises) is raised, carrying the report as an
+object. See docs/python.md.
 """
 
 import functools

@@ -232,7 +232,7 @@ const Table<Options>& option_fields() {
        "every op's inf/nan is an error, even one that never leaves its module (docs/nonfinite.md)",
        [](O& o, const Value& v) { o.strict(v.boolean()); }},
       {"exact", kBool, "true",
-       "every op a frame in every batch; false (Python only): module boundaries, and a replay at an inf/nan names the op",
+       "every op a frame in every batch; false (Python's default, Python only): module boundaries, and a replay at an inf/nan names the op",
        [](O& o, const Value& v) { o.exact(v.boolean()); }},
       {"allow_nonfinite", "a list of \"MODULE_REGEX [OP [ARGUMENT [KINDS]]]\"", "[]",
        "values the place rule would stop that the model means: counted, not reported (docs/nonfinite.md)",

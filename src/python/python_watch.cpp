@@ -26,7 +26,7 @@ namespace {
 
 // Whether Python's watchdogs watch every op unless told otherwise (exact=False: module
 // boundaries, and a replay at an inf/nan).
-constexpr bool kPythonWatchesEveryOp = true;
+constexpr bool kPythonWatchesEveryOp = false;
 
 struct MirrorBuild {
   std::unordered_map<PyObject*, std::shared_ptr<torch::nn::Module>> made;

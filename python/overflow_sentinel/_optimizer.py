@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from . import _amp
 from ._fsdp import shard_rows
 from ._optimizer_bounds import StateBounds
 
@@ -44,7 +45,7 @@ def name_state_after_steps(watch, optimizer):
             return
         # Watched at module boundaries, no op of the step was seen: what it wrote is read now, but
         # for the states a bound proves finite.
-        unproven = bounds.unproven_groups(w._native, opt)
+        unproven = bounds.unproven_groups(w._native, opt, _amp.scaler_since(w._amp_mark))
         read = {id(t) for t in bounds.states_of(opt, unproven)}
         written = [(names[id(p)][0] + names[id(p)][1], p) for group in opt.param_groups
                    for p in group["params"] if id(p) in names]

@@ -126,6 +126,13 @@ def _states_of(optimizer, group):
             if isinstance(value, torch.Tensor) and value.dim() > 0]
 
 
+def _scale_at_least_one(scaler):
+    scale = getattr(scaler, "_scale", None)
+    if not getattr(scaler, "_enabled", True):
+        return True  # (it scales nothing)
+    return isinstance(scale, torch.Tensor) and scale.device.type == "cpu" and scale.item() >= 1
+
+
 class StateBounds:
     """One optimizer's states' bounds, carried from step to step (one per key and parameter
     group: the largest magnitude of that state in the group). `why_read` says why the last step's
@@ -149,11 +156,11 @@ class StateBounds:
             if group.get("weight_decay", 0) and not group.get("decoupled_weight_decay", False):
                 self._parameters[index] = native.read_magnitude(list(group["params"]))
 
-    def unproven_groups(self, native, optimizer):
+    def unproven_groups(self, native, optimizer, scaler=None):
         """After the step: the indices of the groups whose states must be read; the others' new
-        bounds are carried."""
+        bounds are carried. `scaler`: the GradScaler that scaled the step's backward, if any."""
         groups = range(len(optimizer.param_groups))
-        why = self._why_none_holds(optimizer)
+        why = self._why_none_holds(optimizer, scaler)
         if why:
             self.why_read = why
             return list(groups)
@@ -181,7 +188,7 @@ class StateBounds:
         self._after_step = [(weakref.ref(t), t._version) for group in optimizer.param_groups
                             for _, t in _states_of(optimizer, group)]
 
-    def _why_none_holds(self, optimizer):
+    def _why_none_holds(self, optimizer, scaler):
         if self._rule is None:
             return f"no bound is known for {type(optimizer).__name__}"
         now = [t for group in optimizer.param_groups for _, t in _states_of(optimizer, group)]
@@ -195,6 +202,11 @@ class StateBounds:
             return "the step made new states"
         if getattr(optimizer, "grad_scale", None) is not None:
             return "a GradScaler unscales the gradients inside the step"
+        if scaler is not None and not _scale_at_least_one(scaler):
+            # Its unscaling writes the gradients without counting a version: where the loop's
+            # window did not see it, the magnitude read is the scaled one, no smaller unless the
+            # scale is below 1.
+            return "a GradScaler's scale below 1 (or on a device)"
         if torch.distributed.is_available() and torch.distributed.is_initialized() and \
                 torch.distributed.get_world_size() > 1:
             return "several ranks: the gradients read are this rank's"

@@ -133,6 +133,7 @@ void Watchdog::set_local_tensor_reader(std::function<at::Tensor(const at::Tensor
 void Watchdog::Impl::forget_reads() {
   readers.cpu.cache().clear();
   readers.device.reads().clear();
+  read_magnitudes.clear();  // (what was written without a version count is not what was read)
 }
 
 void Watchdog::Impl::forget_reads_of(const std::vector<at::Tensor>& written) {

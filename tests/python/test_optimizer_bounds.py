@@ -270,3 +270,28 @@ def test_a_gradient_written_through_a_view_has_the_states_read_and_the_inf_named
     why, where = overflow_adams_state(plant)
     assert why == "the gradients were not all read as the step saw them"
     assert where == {"tensor": "1.weight.exp_avg_sq", "index": (3, 5), "value": float("inf")}
+
+
+@pytest.mark.parametrize("scale", [0.25, 1024.0])
+def test_under_a_grad_scaler_the_states_are_proven_only_where_its_scale_is_at_least_one(scale):
+    """GradScaler.step unscales the gradients where the loop's window may not see it, without
+    counting a version: the magnitude read is then the scaled one, a bound only while the scale
+    is at least 1."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale, growth_interval=1000)
+    w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
+    seen = []
+    try:
+        for _ in range(3):
+            scaler.scale(model(torch.randn(4, 6)).pow(2).mean()).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+            seen.append(w._state_bounds[0].why_read)
+            held = max(v.abs().max().item() for s in optimizer.state.values() for v in s.values() if v.dim() > 0)
+            assert held <= max(w._state_bounds[0]._bounds[0].values())
+    finally:
+        w.close()
+    assert seen[1:] == (["", ""] if scale >= 1 else ["a GradScaler's scale below 1 (or on a device)"] * 2), seen

@@ -332,3 +332,42 @@ def test_the_loops_ops_are_watched_from_the_backward_to_the_step_and_no_longer()
 
     on_a_thread_of_its_own(run)
     assert seen == [False, True, False, False, True, "aten::_foreach_norm", False], seen
+
+
+def test_a_ddp_models_batch_is_replayed_inside_the_wrapper_with_exact_modes_answers(tmp_path):
+    """DDP's forward and backward join its reducer's collectives: the replay runs the module it
+    wraps, without them, and names what exact mode names."""
+    import torch.distributed as dist
+
+    def run(exact, store):
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+        try:
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+            ddp = nn.parallel.DistributedDataParallel(model)
+            x = torch.randn(8, 16)
+            w = Watch(ddp, exact=exact)
+            with w.batch():
+                ddp(x).sum().backward()
+            with torch.no_grad():
+                model[0].weight.mul_(1e38)  # finite forward; the next layer's weight gradient overflows
+            try:
+                with pytest.raises(NonFiniteError) as caught:
+                    with w.batch():
+                        ddp(x).sum().backward()
+            finally:
+                w.close()
+            return caught.value
+        finally:
+            dist.destroy_process_group()
+
+    exact = run(True, tmp_path / "exact")
+    boundary = run(False, tmp_path / "boundary")
+    assert boundary.report.trigger.op == "AccumulateGrad"  # what the boundaries saw: a .grad
+    replay = boundary.replay
+    assert replay.reproduced and any("inside DistributedDataParallel without it" in n for n in replay.notes)
+    assert exact.report.trigger.op == "AddmmBackward0"
+    got, want = answers(replay.report), answers(exact.report)
+    # (The replayed root is the wrapped module: its class, not the wrapper's, as the note says.)
+    got["origin"] = got["origin"].replace("root (Sequential)", "root (DistributedDataParallel)")
+    assert got == want

@@ -149,9 +149,13 @@ class Watchdog {
   // `outputs` (each named: "input[0]", "output.logits"), is one frame of the module (op "forward"),
   // read as it returns. A non-finite output is an error there unless the module was handed that
   // very tensor (a mask passed through) or allow_nonfinite allows it; the inputs are not judged
-  // (a mask made for the module). Nothing happens in a batch that watches op by op.
+  // (a mask made for the module). `buffers`, the module's own that its forward may have written
+  // without counting a version (batch norm's running statistics while training), are read as well:
+  // one that holds an inf/nan is an entry of the frame, written by the module, and an error there.
+  // Nothing happens in a batch that watches op by op.
   void module_returned(const torch::nn::Module& module, const std::vector<std::pair<std::string, at::Tensor>>& inputs,
-                       const std::vector<std::pair<std::string, at::Tensor>>& outputs);
+                       const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+                       const std::vector<std::pair<std::string, at::Tensor>>& buffers = {});
   // Whether the open batch (or, between batches, the last) watches op by op.
   bool watching_ops() const;
   // In a batch that watches no op (Options::exact false): from the backward's end to the

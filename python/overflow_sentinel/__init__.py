@@ -5,11 +5,9 @@
 
 By default the model is watched at its module boundaries (each module's forward one frame, the
 gradients after the backward, what the optimizer wrote after its step), and at the first inf/nan
-the batch is replayed op by op to name the op; `exact=True` watches every op the model runs
-(forward and backward) in every batch, natively: no Python runs per op. The report is printed in
-HF's layout and NonFiniteError (a ValueError, as HF raises) is raised, carrying the report as an
-object. See docs/python.md.
-"""
+the batch is replayed op by op to name the op; `exact=True` watches every op (forward and backward)
+in every batch. The report is printed in HF's layout and NonFiniteError (a ValueError, as HF
+raises) is raised, carrying the report as an object. See docs/python.md."""
 
 import functools
 import os
@@ -19,7 +17,7 @@ import weakref
 import torch
 
 from . import _amp, _build_info, _compiled, _fsdp, _optimizer, _steps
-from ._hooks import first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
+from ._hooks import first_tensor_with_grad, is_compiling, may_write_buffers, post_hook, pre_hook, register_post_hook
 from ._replay import BoundaryCalls
 
 
@@ -102,8 +100,7 @@ class Watch:
     _unbounded_compiled_call = False
     # What a batch() is, in its report (a training step: no phase said).
     _step_phase = None
-    # The watchdog of each model being watched, to refuse a second one (a weak map: watching keeps
-    # no model alive).
+    # The watchdog of each model being watched, to refuse a second (weakly: it keeps no model alive).
     _of_model = weakref.WeakKeyDictionary()
 
     def __init__(self, model, *, config=None, callback=None, replay_compiled=True, **options):
@@ -157,7 +154,7 @@ class Watch:
         for index, module in enumerate(modules):
             try:
                 self._handles.append(module.register_forward_pre_hook(pre_hook(hold, index)))
-                self._handles.append(register_post_hook(module, post_hook(hold, index)))
+                self._handles.append(register_post_hook(module, post_hook(hold, index, may_write_buffers(module))))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         self._boundaries = [] if self._is_replay else _compiled.boundaries(self, model, compiled_wrapper, modules)

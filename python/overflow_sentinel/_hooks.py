@@ -67,24 +67,39 @@ def register_post_hook(module, hook):
         return module.register_forward_hook(hook)
 
 
-def post_hook(me, index):
+# A buffer larger than this is not read after its module's forward (a cache of positions, a mask):
+# the buffers a forward writes (batch norm's running statistics, an EMA) are small.
+WRITTEN_BUFFER_ELEMENTS = 1 << 16
+
+
+def may_write_buffers(module):
+    """Whether `module` has floating buffers of its own, which its forward may write in place
+    without counting a version (batch norm's running statistics while training)."""
+    return any(b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS for b in module.buffers(recurse=False))
+
+
+def post_hook(me, index, buffers=False):
     def post(module, args, output):
         if is_compiling():
             return
         w = me()
         if w is not None and not w._native.closed and not w._replaying:
-            leave(w, index, output, args)
+            written = None
+            if buffers and module.training:
+                written = [(name, b) for name, b in module.named_buffers(recurse=False)
+                           if b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS]
+            leave(w, index, output, args, written)
     return post
 
 
-def leave(w, index, output, args=None):
+def leave(w, index, output, args=None, written=None):
     if output is None and sys.exc_info()[0] is not None:
         # The forward raised (this hook runs inside torch's handler): the module is left, and
         # what was found stays pending for the next safe point (torch would only warn of an
         # error raised here, and the original exception goes on).
         w._native.leave(index, None)
         return
-    if w._native.leave(index, output, args) and not w._holding(in_forward=True):
+    if w._native.leave(index, output, args, written) and not w._holding(in_forward=True):
         w._call(w._native.check)
     if index == 0 and not in_backward():
         w._end_call(output)

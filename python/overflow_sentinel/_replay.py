@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from ._fsdp import sharded_module_paths
-from ._hooks import first_tensor_with_grad, is_compiling
+from ._hooks import WRITTEN_BUFFER_ELEMENTS, first_tensor_with_grad, is_compiling, may_write_buffers
 from ._report import Record
 
 # The user's options a replay keeps: what decides where a value is an error and what a report shows.
@@ -28,8 +28,13 @@ class Call:
     """What one call (of a compiled region, or of an eager model watched at its boundaries) needs
     to be replayed eagerly, op by op."""
 
-    def __init__(self, args, kwargs):
+    def __init__(self, args, kwargs, buffers=()):
         self.serial = next(_serial)
+        # The buffers the forward may write in place (batch norm's running statistics while
+        # training), as the call found them: the replay starts from these, not from what the run
+        # wrote into them since.
+        with torch.no_grad():
+            self.buffers = [(b, b.detach().clone()) for b in buffers]
         self.args = args
         self.kwargs = kwargs
         # (Inference tensors keep no version counter: nothing can write them outside inference mode.)
@@ -95,6 +100,9 @@ class BoundaryCalls:
         self._model = weakref.ref(model)
         self._calls = []
         self._batch = None
+        # The small floating buffers of the model's modules, which a forward may write in place.
+        self._buffers = [b for m in model.modules() if may_write_buffers(m) for b in m.buffers(recurse=False)
+                         if b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS]
         # After the watchdog's own pre-hook, which opens the batch; before its forward hook, which
         # may end it.
         self.handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
@@ -114,7 +122,7 @@ class BoundaryCalls:
         w._native.read_call_arguments(0, args)
         if kwargs:
             w._native.read_call_arguments(0, kwargs)
-        self._calls.append(Call(args, kwargs))
+        self._calls.append(Call(args, kwargs, self._buffers if module.training else ()))
 
     def _post(self, module, args, output):
         w = self._live()
@@ -338,6 +346,9 @@ def _restored(call):
             if enabled:
                 stack.enter_context(torch.autocast(device, dtype=dtype))
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = call.tf32
+        with torch.no_grad():
+            for buffer, found in call.buffers:
+                buffer.copy_(found)  # (the run's are put back after the replay: _put_back)
         try:
             yield
         finally:

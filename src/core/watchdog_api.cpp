@@ -213,10 +213,13 @@ void Watchdog::compiled_call_returned(const torch::nn::Module& module,
 
 void Watchdog::module_returned(const torch::nn::Module& module,
                                const std::vector<std::pair<std::string, at::Tensor>>& inputs,
-                               const std::vector<std::pair<std::string, at::Tensor>>& outputs) {
+                               const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+                               const std::vector<std::pair<std::string, at::Tensor>>& buffers) {
   std::unique_lock<std::mutex> lock(impl_->mutex);
   if (!impl_->index || impl_->ops_watched) return;
-  if (const auto place = impl_->index->module_place(&module)) impl_->record_whole_module(module, *place, inputs, outputs, lock);
+  if (const auto place = impl_->index->module_place(&module)) {
+    impl_->record_whole_module(module, *place, inputs, outputs, buffers, lock);
+  }
 }
 
 bool Watchdog::watching_ops() const {

@@ -72,6 +72,7 @@ void Watchdog::Impl::record_boundary(uint32_t module_place, BoundaryFrame kind,
 void Watchdog::Impl::record_whole_module(const torch::nn::Module& module, uint32_t module_place,
                                          const std::vector<std::pair<std::string, at::Tensor>>& inputs,
                                          const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+                                         const std::vector<std::pair<std::string, at::Tensor>>& buffers,
                                          std::unique_lock<std::mutex>& lock) {
   if (delivery.stopped() || !batches.open()) return;
   c10::InferenceMode no_autograd;
@@ -96,16 +97,30 @@ void Watchdog::Impl::record_whole_module(const torch::nn::Module& module, uint32
     f.add(e);
   }
   for (const auto& named : inputs) add(named, Role::Input);
+  auto make_room = [&] {
+    if (f.has_room(Role::Output)) return true;
+    // (a cache of many layers): the outputs go on in the next frame
+    finish_frame(f, lock);
+    if (delivery.stopped()) return false;
+    if (!lock.owns_lock()) lock.lock();  // (a trip that warns unlocks to report)
+    f = boundary_frame(module_place, BoundaryFrame::Module);
+    f.whole_module = true;
+    for (const EntryRecord& e : handed_nonfinite) f.add(e);
+    return true;
+  };
   for (const auto& named : outputs) {
-    if (!f.has_room(Role::Output)) {  // (a cache of many layers): the outputs go on in the next frame
-      finish_frame(f, lock);
-      if (delivery.stopped()) return;
-      if (!lock.owns_lock()) lock.lock();  // (a trip that warns unlocks to report)
-      f = boundary_frame(module_place, BoundaryFrame::Module);
-      f.whole_module = true;
-      for (const EntryRecord& e : handed_nonfinite) f.add(e);
-    }
+    if (!make_room()) return;
     add(named, Role::Output);
+  }
+  // A buffer the forward may have written without counting a version: read anew, and shown only
+  // where it holds an inf/nan (HF's frames list no buffer), which the module wrote, or waits for a device.
+  for (const auto& [name, t] : buffers) {
+    EntryRecord e = read_entry(f, t, Role::Output, -1, -1, false, nullptr, /*reuse_reads=*/false);
+    if (e.pending_slot < 0 && e.stats.finite()) continue;
+    e.path = strings.intern(name);
+    e.written_argument = true;
+    if (!make_room()) return;
+    f.add(e);
   }
   finish_frame(f, lock);
 }

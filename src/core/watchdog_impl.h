@@ -131,6 +131,7 @@ struct Watchdog::Impl final : capture::Session {
   void record_whole_module(const torch::nn::Module& module, uint32_t module_place,
                            const std::vector<std::pair<std::string, at::Tensor>>& inputs,
                            const std::vector<std::pair<std::string, at::Tensor>>& outputs,
+                           const std::vector<std::pair<std::string, at::Tensor>>& buffers,
                            std::unique_lock<std::mutex>& lock);
   // Watchdog::check_written (lock held).
   void record_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors,

@@ -65,7 +65,8 @@ PYBIND11_MODULE(_native, m) {
            py::arg("config") = py::none(), py::arg("callback") = py::none())
       .def("take_modules", &PythonWatch::take_modules)
       .def("enter", &PythonWatch::enter)
-      .def("leave", &PythonWatch::leave, py::arg("module"), py::arg("output"), py::arg("arguments") = py::none())
+      .def("leave", &PythonWatch::leave, py::arg("module"), py::arg("output"), py::arg("arguments") = py::none(),
+           py::arg("written") = py::none())
       .def("tolerated_json", &PythonWatch::tolerated_json)
       .def("begin_batch", &PythonWatch::begin_batch)
       .def("end_batch", &PythonWatch::end_batch)

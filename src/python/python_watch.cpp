@@ -170,14 +170,22 @@ void tensors_in(py::handle value, std::vector<at::Tensor>& out, int depth = 0) {
 
 }  // namespace
 
-bool PythonWatch::leave(size_t module, py::handle output, py::handle arguments) {
+bool PythonWatch::leave(size_t module, py::handle output, py::handle arguments, py::handle written) {
   if (module >= mirrors_.size()) throw py::index_error("overflow_sentinel: no such module");
   Watchdog& w = live();
   if (!ops_watched_ && batch_) {
-    NamedTensors handed, returned;
+    NamedTensors handed, returned, buffers;
     if (!arguments.is_none()) named_tensors(arguments, "input", handed);
     named_tensors(output, "output", returned);
-    if (!returned.empty()) without_gil([&] { w.module_returned(*mirrors_[module], handed, returned); });
+    if (!written.is_none()) {
+      for (auto item : written) {
+        const auto pair = item.cast<py::tuple>();
+        buffers.emplace_back(pair[0].cast<std::string>(), pair[1].cast<at::Tensor>());
+      }
+    }
+    if (!returned.empty() || !buffers.empty()) {
+      without_gil([&] { w.module_returned(*mirrors_[module], handed, returned, buffers); });
+    }
   } else if (opaque_result(output)) {
     // What HF shows as "not a tensor" (a ModelOutput, a cache): its tensors, named, in a frame.
     NamedTensors found;

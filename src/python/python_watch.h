@@ -47,9 +47,10 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   // path (Watchdog::module_boundary); otherwise the result's tensors are looked at by the place
   // rule (Watchdog::returned) while a value is tolerated.
   // In a batch that watches no op (Options::exact false), leave reads the module's whole forward,
-  // `arguments` and `output`, as one frame (Watchdog::module_returned).
+  // `arguments` and `output`, as one frame (Watchdog::module_returned), with `written`: (name,
+  // tensor) of the module's own buffers its forward may have written (None: none).
   void enter(size_t module, pybind11::handle arguments);
-  bool leave(size_t module, pybind11::handle output, pybind11::handle arguments);
+  bool leave(size_t module, pybind11::handle output, pybind11::handle arguments, pybind11::handle written);
   // Every tensor in module i's arguments (positional or keyword), read as a "call" frame
   // ("input[0]", "input['mask']"), judged as what the module was handed, after enter(): what
   // crosses a compiled call (whose kernels run no op that would read it), and the model's own

@@ -17,7 +17,7 @@ import weakref
 import torch
 
 from . import _amp, _build_info, _compiled, _fsdp, _optimizer, _steps
-from ._hooks import first_tensor_with_grad, is_compiling, may_write_buffers, post_hook, pre_hook, register_post_hook
+from ._hooks import buffers_it_may_write, first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
 from ._replay import BoundaryCalls
 
 
@@ -154,7 +154,7 @@ class Watch:
         for index, module in enumerate(modules):
             try:
                 self._handles.append(module.register_forward_pre_hook(pre_hook(hold, index)))
-                self._handles.append(register_post_hook(module, post_hook(hold, index, may_write_buffers(module))))
+                self._handles.append(register_post_hook(module, post_hook(hold, index, buffers_it_may_write(module))))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         self._boundaries = [] if self._is_replay else _compiled.boundaries(self, model, compiled_wrapper, modules)

@@ -72,22 +72,24 @@ def register_post_hook(module, hook):
 WRITTEN_BUFFER_ELEMENTS = 1 << 16
 
 
-def may_write_buffers(module):
-    """Whether `module` has floating buffers of its own, which its forward may write in place
-    without counting a version (batch norm's running statistics while training)."""
-    return any(b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS for b in module.buffers(recurse=False))
+def buffers_it_may_write(module):
+    """The names of `module`'s own small floating buffers, which its forward may write in place
+    without counting a version (batch norm's running statistics while training), finite now: one
+    that holds an inf/nan already (a mask made with -inf) is the model's constant, never read."""
+    with torch.no_grad():
+        return [name for name, b in module.named_buffers(recurse=False)
+                if b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS and bool(torch.isfinite(b).all())]
 
 
-def post_hook(me, index, buffers=False):
+def post_hook(me, index, buffers=()):
     def post(module, args, output):
         if is_compiling():
             return
         w = me()
         if w is not None and not w._native.closed and not w._replaying:
             written = None
-            if buffers and module.training:
-                written = [(name, b) for name, b in module.named_buffers(recurse=False)
-                           if b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS]
+            if buffers and module.training and w._boundary_calls is not None:
+                written = [(name, module._buffers[name]) for name in buffers if module._buffers.get(name) is not None]
             leave(w, index, output, args, written)
     return post
 

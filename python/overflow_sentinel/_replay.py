@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from ._fsdp import sharded_module_paths
-from ._hooks import WRITTEN_BUFFER_ELEMENTS, first_tensor_with_grad, is_compiling, may_write_buffers
+from ._hooks import buffers_it_may_write, first_tensor_with_grad, is_compiling
 from ._report import Record
 
 # The user's options a replay keeps: what decides where a value is an error and what a report shows.
@@ -101,8 +101,7 @@ class BoundaryCalls:
         self._calls = []
         self._batch = None
         # The small floating buffers of the model's modules, which a forward may write in place.
-        self._buffers = [b for m in model.modules() if may_write_buffers(m) for b in m.buffers(recurse=False)
-                         if b.is_floating_point() and b.numel() <= WRITTEN_BUFFER_ELEMENTS]
+        self._buffers = [m._buffers[name] for m in model.modules() for name in buffers_it_may_write(m)]
         # After the watchdog's own pre-hook, which opens the batch; before its forward hook, which
         # may end it.
         self.handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),

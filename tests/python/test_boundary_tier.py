@@ -371,3 +371,30 @@ def test_a_ddp_models_batch_is_replayed_inside_the_wrapper_with_exact_modes_answ
     # (The replayed root is the wrapped module: its class, not the wrapper's, as the note says.)
     got["origin"] = got["origin"].replace("root (Sequential)", "root (DistributedDataParallel)")
     assert got == want
+
+
+class MaskedByABuffer(nn.Module):
+    """A causal mask kept as a floating buffer holding -inf: the model's constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("mask", torch.full((3, 3), float("-inf")).triu(1))
+
+    def forward(self, x):
+        h = self.lin(x)
+        return (h @ h.transpose(-1, -2) + self.mask).softmax(-1) @ h
+
+
+def test_a_buffer_that_held_an_inf_when_watching_began_is_not_taken_for_a_write():
+    # Buffers are read after a training forward to see what it wrote (batch norm's statistics):
+    # one that already held an inf/nan is the model's own constant, and never read.
+    model = MaskedByABuffer().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
+    for _ in range(3):
+        model(torch.randn(2, 3, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert w.report is None and w.batch_number == 3
+    w.close()

@@ -208,6 +208,9 @@ def replay_batch(w, model, path, calls, report, compiled=True):
         for call in calls:
             for changed in call.changed_inputs():
                 notes.append(f"{changed} after the call: the replay starts from what it holds now")
+            if backward and call.grad is not None and not bool(torch.isfinite(call.grad).all()):
+                notes.append("the gradient that reached the model's output was already non-finite: what made it "
+                             "ran outside the model (the loss)")
             replayed = _replay_call(w, model, call, batch, options, backward, buffers)
             if replayed is not None:
                 origin_line = None if backward else _origin_line(w, model, call, batch, options, replayed, buffers)

@@ -470,6 +470,9 @@ void on_end_in_window(const at::RecordFunction& fn, at::ObserverContext* context
 std::mutex window_mutex;
 at::CallbackHandle window_callback = 0;
 int windows_open = 0;
+// The thread's scopes when its window opened: one the window saw begin but will not see end (the
+// optimizer's step scope, inside which the window closes) is not left open for later batches.
+thread_local size_t scopes_when_window_opened = 0;
 
 }  // namespace
 
@@ -477,6 +480,7 @@ bool open_loop_window(const std::shared_ptr<SessionAnchor>& anchor) {
   ThreadState& ts = thread_state();
   if (batch_open_here(anchor.get())) return false;
   ts.batches.push_back(anchor);
+  scopes_when_window_opened = ts.scopes.size();
   std::lock_guard<std::mutex> lock(window_mutex);
   if (windows_open++ == 0 && !libtorch_state_gone) {
     window_callback = at::addGlobalCallback(at::RecordFunctionCallback(on_start_in_window, on_end_in_window)
@@ -491,12 +495,17 @@ bool open_loop_window(const std::shared_ptr<SessionAnchor>& anchor) {
 
 void close_loop_window(const SessionAnchor* anchor) {
   if (thread_state_destroyed()) return;
-  auto& batches = thread_state().batches;
+  ThreadState& ts = thread_state();
+  auto& batches = ts.batches;
   for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
     if (it->get() == anchor) {
       batches.erase(std::next(it).base());
       break;
     }
+  }
+  if (ts.callback == 0 && ts.scopes.size() > scopes_when_window_opened) {
+    ts.scopes.resize(scopes_when_window_opened);
+    ++ts.scopes_version;
   }
   std::lock_guard<std::mutex> lock(window_mutex);
   if (windows_open > 0 && --windows_open == 0 && window_callback != 0) {

@@ -12,6 +12,7 @@ import overflow_sentinel
 from overflow_sentinel import DebugUnderflowOverflow, NonFiniteError, Watch, _native
 
 from models import Mlp, SqrtHead, SqrtOfZero, line_of, plant_overflow, tiny_t5
+from tiers import both_tiers
 
 
 def first_error(make_watch, run):
@@ -398,3 +399,63 @@ def test_a_buffer_that_held_an_inf_when_watching_began_is_not_taken_for_a_write(
         optimizer.zero_grad()
     assert w.report is None and w.batch_number == 3
     w.close()
+
+
+@both_tiers
+def test_a_loss_that_overflows_outside_the_model_is_named_where_each_tier_sees_it(tier):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = overflow_sentinel.watch_steps(model, optimizer)
+    x = torch.randn(3, 4)
+    try:
+        with pytest.raises(NonFiniteError) as caught:
+            for step in range(3):
+                out = model(x)
+                # log(0): -inf in the loss, and an inf gradient at the model's output.
+                loss = (out - out.detach()).log().sum() if step == 1 else out.pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    finally:
+        w.close()
+    report = caught.value.report
+    assert report.batch_number == 1
+    if tier == "exact":  # the loss's own op, outside the model's modules
+        assert (report.trigger.op, report.trigger.module_path, report.trigger.direction) == ("aten::log", "", "forward")
+    else:  # the gradients after the backward; the replay says where the value came from
+        assert (report.trigger.op, report.trigger.module_path) == ("AccumulateGrad", "0")
+        assert any("reached the model's output was already non-finite" in n for n in caught.value.replay.notes)
+
+
+def test_a_step_that_raises_in_the_loops_window_leaves_no_scope_open_on_the_thread():
+    # The window sees the optimizer's step scope begin and closes inside it (the step's pre-hook,
+    # which raises here): that scope must not stay open for the thread's later watchdogs, whose
+    # ops outside the model would be taken for the optimizer's.
+    def run():
+        model = SqrtOfInput()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        w = overflow_sentinel.watch_steps(model, optimizer, exact=False)
+        zero = torch.ones(2, 4)
+        zero[1, 2] = 0.0
+        model(zero).sum().backward()
+        with pytest.raises(NonFiniteError):
+            optimizer.step()
+        w.close()
+        later = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(later.parameters(), lr=0.1)
+        w = overflow_sentinel.watch_steps(later, optimizer, exact=True)
+        try:
+            with pytest.raises(NonFiniteError) as caught:
+                for step in range(2):
+                    out = later(torch.ones(2, 4))
+                    # The loop's own op makes -inf at the second step.
+                    (out - out.detach()).log().sum().backward() if step else out.sum().backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+        finally:
+            w.close()
+        trigger = caught.value.report.trigger
+        assert (trigger.op, trigger.module_path) == ("aten::log", ""), (trigger.op, trigger.module_path)
+
+    on_a_thread_of_its_own(run)

@@ -151,15 +151,18 @@ class Watch:
         if self._unsharded.shards:
             self._native.name_tensors(self._unsharded.shards)
         modules = self._native.take_modules()
+        # At module boundaries the buffers a training forward may write are read after it.
+        at_boundaries = not self._is_replay and not self._native.exact
+        written = [buffers_it_may_write(m) if at_boundaries else [] for m in modules]
         for index, module in enumerate(modules):
             try:
                 self._handles.append(module.register_forward_pre_hook(pre_hook(hold, index)))
-                self._handles.append(register_post_hook(module, post_hook(hold, index, buffers_it_may_write(module))))
+                self._handles.append(register_post_hook(module, post_hook(hold, index, written[index])))
             except RuntimeError:
                 pass  # a scripted module's children: run by TorchScript, seen through their ops
         self._boundaries = [] if self._is_replay else _compiled.boundaries(self, model, compiled_wrapper, modules)
         # Watched at its module boundaries, an eager model's calls are kept for a replay.
-        self._boundary_calls = None if self._is_replay or self._native.exact else BoundaryCalls(self, model)
+        self._boundary_calls = BoundaryCalls(self, model, modules, written) if at_boundaries else None
         if self._is_replay:
             self._model_ref = weakref.ref(model)
             return
@@ -267,15 +270,13 @@ class Watch:
             self._call(self._native.check_gradients)  # raised at the step's end (_meet_after_backward)
         else:
             self._judge_backward(self._native.after_backward)
-        # Watched at module boundaries: what the training loop does to the gradients before the
-        # optimizer's step (clipping) is watched op by op, as exact mode does.
+        # At module boundaries the loop's ops on the gradients until the step (clipping) are watched.
         if not self._native.closed:
             self._native.watch_loop_ops(True)
 
     def _meet_after_backward(self, loop_ops_done=True):
-        """The step's backward is done (Trainer: before the optimizer step): the ranks meet, and
-        what this rank or another found is raised. `loop_ops_done`: the training loop's own ops
-        are over (Lightning clips later, inside the optimizer's step)."""
+        """The step's backward is done (Trainer: before the optimizer step): the ranks meet, and what
+        was found is raised. `loop_ops_done`: the loop's own ops are over (Lightning's are not)."""
         if not self._native.closed:
             if loop_ops_done:
                 self._native.watch_loop_ops(False)
@@ -370,12 +371,11 @@ class Watch:
         return json.loads(self._native.tolerated_json())["tolerated"]
 
     def watch_optimizer(self, optimizer):
-        """Names `optimizer`'s state after the parameters of the watched model it belongs to
-        ('h.0.fc.weight.exp_avg_sq'), after each of its steps (the state is made at the first):
-        the ops that read or write it show it by that name, and a report that stops there names
-        the first non-finite element. At module boundaries (exact=False), what each step wrote is
-        read after it, and the training loop's own ops are watched until it begins. Returns the
-        hooks' handle."""
+        """Names `optimizer`'s state after the parameters it belongs to ('h.0.fc.weight.exp_avg_sq')
+        after each of its steps: the ops that read or write it show that name, and a report that
+        stops there names the first non-finite element. At module boundaries, what each step wrote
+        is read after it (unless proven finite) and the loop's own ops are watched until it begins.
+        Returns the hooks' handle."""
         handle = _optimizer.name_state_after_steps(self, optimizer)
         self._handles.append(handle)
         return handle

@@ -88,7 +88,7 @@ def post_hook(me, index, buffers=()):
         w = me()
         if w is not None and not w._native.closed and not w._replaying:
             written = None
-            if buffers and module.training and w._boundary_calls is not None:
+            if buffers and module.training:
                 written = [(name, module._buffers[name]) for name in buffers if module._buffers.get(name) is not None]
             leave(w, index, output, args, written)
     return post

@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from ._fsdp import sharded_module_paths
-from ._hooks import buffers_it_may_write, first_tensor_with_grad, is_compiling
+from ._hooks import first_tensor_with_grad, is_compiling
 from ._report import Record
 
 # The user's options a replay keeps: what decides where a value is an error and what a report shows.
@@ -95,13 +95,14 @@ class BoundaryCalls:
     also read the model's own arguments, keyword ones included (the watchdog's pre-hook sees only
     the positional ones)."""
 
-    def __init__(self, watch, model):
+    def __init__(self, watch, model, modules, written):
         self._watch = weakref.ref(watch)
         self._model = weakref.ref(model)
         self._calls = []
         self._batch = None
-        # The small floating buffers of the model's modules, which a forward may write in place.
-        self._buffers = [m._buffers[name] for m in model.modules() for name in buffers_it_may_write(m)]
+        # The buffers a training forward may write in place (`written`: their names in each of
+        # `modules`, _hooks.buffers_it_may_write), kept as each call found them.
+        self._buffers = [m._buffers[name] for m, names in zip(modules, written) for name in names]
         # After the watchdog's own pre-hook, which opens the batch; before its forward hook, which
         # may end it.
         self.handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),

@@ -493,16 +493,25 @@ bool open_loop_window(const std::shared_ptr<SessionAnchor>& anchor) {
   return true;
 }
 
+namespace {
+
+// Takes `anchor`'s batch (the innermost) off the thread's list; whether it was there.
+bool erase_batch(ThreadState& ts, const SessionAnchor* anchor) {
+  for (auto it = ts.batches.rbegin(); it != ts.batches.rend(); ++it) {
+    if (it->get() == anchor) {
+      ts.batches.erase(std::next(it).base());
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void close_loop_window(const SessionAnchor* anchor) {
   if (thread_state_destroyed()) return;
   ThreadState& ts = thread_state();
-  auto& batches = ts.batches;
-  for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
-    if (it->get() == anchor) {
-      batches.erase(std::next(it).base());
-      break;
-    }
-  }
+  erase_batch(ts, anchor);
   if (ts.callback == 0 && ts.scopes.size() > scopes_when_window_opened) {
     ts.scopes.resize(scopes_when_window_opened);
     ++ts.scopes_version;
@@ -517,14 +526,7 @@ void close_loop_window(const SessionAnchor* anchor) {
 void pop_batch(const SessionAnchor* anchor, bool step_done) {
   if (thread_state_destroyed()) return;
   ThreadState& ts = thread_state();
-  auto& batches = ts.batches;
-  for (auto it = batches.rbegin(); it != batches.rend(); ++it) {
-    if (it->get() == anchor) {
-      batches.erase(std::next(it).base());
-      if (step_done) park_callback_between_steps(ts);
-      return;
-    }
-  }
+  if (erase_batch(ts, anchor) && step_done) park_callback_between_steps(ts);
 }
 
 bool batch_open_here(const SessionAnchor* anchor) {

@@ -175,6 +175,13 @@ class Watchdog {
   // and has not been written since (its version is the one read); NaN where any was not, and
   // infinity where one held an inf or NaN. The Python module's optimizer bounds start from it.
   double read_magnitude(const std::vector<at::Tensor>& tensors) const;
+  // Tensors a front end proved finite instead of reading them (the Python module's bound on the
+  // parameters an optimizer's step wrote), none larger in magnitude than `bound`: read_magnitude
+  // answers with the bound while a tensor's version is unchanged, and a module's frame holding such
+  // a parameter reads it when a report shows the frame (or says it was written since). What was
+  // read of them before is forgotten (a fused step counts no version). A bound that is not finite
+  // proves nothing and is ignored.
+  void proven_finite(const std::vector<at::Tensor>& tensors, double bound);
   // Names tensors that are not parameters (an optimizer's state: "h.0.fc.weight.exp_avg_sq"): the
   // entries of the ops that read or write them carry the name. Held weakly (a freed tensor's name
   // goes with it); naming a tensor again replaces its name. The Python module names an optimizer's

@@ -47,9 +47,12 @@ def name_state_after_steps(watch, optimizer):
         # for the states a bound proves finite.
         unproven = bounds.unproven_groups(w._native, opt, _amp.scaler_since(w._amp_mark))
         read = {id(t) for t in bounds.states_of(opt, unproven)}
-        written = [(names[id(p)][0] + names[id(p)][1], p) for group in opt.param_groups
-                   for p in group["params"] if id(p) in names]
+        proven = bounds.proven_parameters
+        written = [(names[id(p)][0] + names[id(p)][1], p) for index, group in enumerate(opt.param_groups)
+                   if index not in proven for p in group["params"] if id(p) in names]
         w._native.check_written("optimizer.step", written + [(n, t) for n, t in states if id(t) in read])
+        for index, bound in proven.items():
+            w._native.proven_finite(list(opt.param_groups[index]["params"]), bound)
         bounds.after_reading(w._native, opt, unproven)
 
     def loop_ops_done(opt, args, kwargs):

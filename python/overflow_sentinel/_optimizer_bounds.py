@@ -7,7 +7,9 @@ watched ops rewrote them: unscaling, clipping), |p| where L2 weight decay adds i
 own bounds after the step before, the hyperparameters and the states' dtype. Where that bound,
 rounding included, stays below the dtype's largest finite value, no state can have become inf or
 NaN, and none is read; elsewhere (no proof holds, or a number is not known) they are read, as
-before, and their bounds start again from what was read."""
+before, and their bounds start again from what was read. The parameters the step wrote are
+proven the same way where their group's states were: p <- p (1 - lr wd) - lr d, with |d| bounded
+by each rule (UPDATE), and |p| carried from step to step."""
 
 import math
 import weakref
@@ -16,6 +18,9 @@ import torch
 
 # The dtypes a bound is carried in: float16's range is too narrow for one to hold for long.
 _BOUNDED_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+
+# The key of a rule's answer that is no state: the largest |d| of the step's p <- p - lr d.
+UPDATE = "the parameters' update"
 
 
 class Arithmetic:
@@ -75,7 +80,14 @@ def adam(group, old, gradient, parameter, arith):
     if group.get("amsgrad", False):
         new["max_exp_avg_sq"] = max(old["max_exp_avg_sq"], new["exp_avg_sq"])
     on_the_way = (arith.up(g + m), _squared(arith, g, 1 - beta2))
-    return new if arith.fits(*new.values(), *on_the_way) else "a state could reach the dtype's largest value"
+    if not arith.fits(*new.values(), *on_the_way):
+        return "a state could reach the dtype's largest value"
+    # d = m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps): the denominator is at least eps, and
+    # 1 - beta1^t at least 1 - beta1 from the first step on.
+    eps = group["eps"]
+    if _plain_number(eps) and eps > 0:
+        new[UPDATE] = arith.up(arith.up(new["exp_avg"] / eps) / (1 - beta1))
+    return new
 
 
 def sgd(group, old, gradient, parameter, arith):
@@ -83,13 +95,17 @@ def sgd(group, old, gradient, parameter, arith):
     momentum, dampening = group["momentum"], group["dampening"]
     if not _plain_number(momentum, dampening) or not (0 <= momentum < 1 and 0 <= dampening <= 1):
         return "momentum is not in [0, 1), or dampening not in [0, 1]"
-    if momentum == 0:
-        return {}  # no state
     g, why = _gradient_with_decay(group, gradient, parameter, arith)
     if g is None:
-        return why
+        return why if momentum else {}  # (no state to prove; the parameters are read)
+    if momentum == 0:
+        return {UPDATE: g} if arith.fits(g) else {}
     new = {"momentum_buffer": arith.up(momentum * old["momentum_buffer"] + (1 - dampening) * g)}
-    return new if arith.fits(*new.values(), g) else "a state could reach the dtype's largest value"
+    if not arith.fits(*new.values(), g):
+        return "a state could reach the dtype's largest value"
+    # Nesterov's d = g + momentum buf; else d = buf.
+    new[UPDATE] = arith.up(g + momentum * new["momentum_buffer"]) if group.get("nesterov") else new["momentum_buffer"]
+    return new
 
 
 def rmsprop(group, old, gradient, parameter, arith):
@@ -105,15 +121,20 @@ def rmsprop(group, old, gradient, parameter, arith):
     if g is None:
         return why
     new = {"square_avg": arith.up(alpha * old["square_avg"] + arith.up((1 - alpha) * g * g))}
+    step = math.inf  # |g / (sqrt(sa) + eps)|
+    if eps > 0:
+        # Below `small` g * g underflows (to a subnormal or zero, in float32 or the state's dtype).
+        small = 2 * math.sqrt(torch.finfo(torch.float32).tiny)
+        step = arith.up(min(g / eps, max(arith.up(1 / math.sqrt(1 - alpha)), small / eps)))
     if momentum > 0:
         if not eps > 0:
             return "eps = 0: g / sqrt(sa) can divide by zero"
-        # Below `small` g * g underflows (to a subnormal or zero, in float32 or the state's dtype).
-        small = 2 * math.sqrt(torch.finfo(torch.float32).tiny)
-        step = min(g / eps, max(arith.up(1 / math.sqrt(1 - alpha)), small / eps))
-        new["momentum_buffer"] = arith.up(momentum * old["momentum_buffer"] + arith.up(step))
+        new["momentum_buffer"] = arith.up(momentum * old["momentum_buffer"] + step)
     on_the_way = (g, _squared(arith, g, 1 - alpha))
-    return new if arith.fits(*new.values(), *on_the_way) else "a state could reach the dtype's largest value"
+    if not arith.fits(*new.values(), *on_the_way):
+        return "a state could reach the dtype's largest value"
+    new[UPDATE] = new["momentum_buffer"] if momentum > 0 else step
+    return new
 
 
 # By exact class: a subclass may change the step.
@@ -136,30 +157,33 @@ def _scale_at_least_one(scaler):
 class StateBounds:
     """One optimizer's states' bounds, carried from step to step (one per key and parameter
     group: the largest magnitude of that state in the group). `why_read` says why the last step's
-    states were read ("" where every group's were proven)."""
+    states were read ("" where every group's were proven); `proven_parameters` maps the index of
+    each group whose parameters the last step's proof covers to their largest |p| after it."""
 
     def __init__(self, optimizer):
         self._rule = RULES.get(type(optimizer))
         self._bounds = {}  # group index -> {key: bound}
         self._after_step = []  # (weak reference, version) of every state after the last step
         self._unchanged = False  # checked before the step: no state written since the last one
-        self._parameters = {}  # group index -> |p| before the step
+        self._parameters = {}  # group index -> |p| before the step (read, or proven at the step before)
         self.why_read = "no step seen yet"
+        self.proven_parameters = {}
 
     def before_step(self, native, optimizer):
         """The step's pre-hook: whether the states are as the last step left them, and |p|."""
         self._unchanged = bool(self._after_step) and all(
             ref() is not None and ref()._version == version for ref, version in self._after_step)
-        if not self._unchanged or self._rule is None:
+        self._parameters = {}
+        if self._rule is None:
             return
         for index, group in enumerate(optimizer.param_groups):
-            if group.get("weight_decay", 0) and not group.get("decoupled_weight_decay", False):
-                self._parameters[index] = native.read_magnitude(list(group["params"]))
+            self._parameters[index] = native.read_magnitude(list(group["params"]))
 
     def unproven_groups(self, native, optimizer, scaler=None):
         """After the step: the indices of the groups whose states must be read; the others' new
         bounds are carried. `scaler`: the GradScaler that scaled the step's backward, if any."""
         groups = range(len(optimizer.param_groups))
+        self.proven_parameters = {}
         why = self._why_none_holds(optimizer, scaler)
         if why:
             self.why_read = why
@@ -171,7 +195,11 @@ class StateBounds:
                 unproven.append(index)
                 reasons.append(new)
             else:
+                update = new.pop(UPDATE, None)
                 self._bounds[index] = new
+                bound = self._parameter_bound(index, group, update)
+                if bound is not None:
+                    self.proven_parameters[index] = bound
         self.why_read = "; ".join(dict.fromkeys(reasons))
         return unproven
 
@@ -230,6 +258,24 @@ class StateBounds:
         arith = Arithmetic({t.dtype for _, t in states} or {grads[0].dtype},
                            all(t.device.type == "cpu" for _, t in states))
         new = self._rule(group, old, gradient, self._parameters.get(index, math.nan), arith)
-        if isinstance(new, dict) and set(new) != {key for key, _ in states}:
+        if isinstance(new, dict) and set(new) - {UPDATE} != {key for key, _ in states}:
             return "the group's states are not the ones its bound carries"
         return new
+
+    def _parameter_bound(self, index, group, update):
+        return parameter_bound(group, update, self._parameters.get(index, math.nan))
+
+
+def parameter_bound(group, update, before):
+    """The largest |p| a step can leave in `group`, p <- p (1 - lr wd) - lr d with |d| at most
+    `update` (a rule's UPDATE), from |p| at most `before` ahead of it; None where that is not
+    known or could overflow the parameters' dtype."""
+    lr, decay, params = group.get("lr"), group.get("weight_decay", 0), group["params"]
+    if (update is None or not math.isfinite(before) or not params or not _plain_number(lr, decay)
+            or any(p.dtype not in _BOUNDED_DTYPES or p.device.type != "cpu" for p in params)):
+        return None
+    arith = Arithmetic({p.dtype for p in params}, on_cpu=True)
+    step = arith.up(abs(lr) * update)
+    # (Decoupled decay shrinks p first; L2's is in d. Either way |1 - lr wd| is at most this.)
+    bound = arith.up(arith.up(max(1.0, abs(1 - lr * decay)) * before) + step)
+    return bound if arith.fits(update, step, bound) else None

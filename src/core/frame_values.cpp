@@ -1,4 +1,5 @@
 // Turns compact frame records into the plain Report values that renderers consume.
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <algorithm>
@@ -57,11 +58,30 @@ Frame Watchdog::Impl::to_frame(const frames::FrameRecord& r) const {
           out.kind = EntryKind::Skipped;
           out.skip_reason = stats::describe(static_cast<stats::Readability>(e.skip_reason));
           break;
+        case frames::EntryState::Proven: read_proven(e, out); break;
       }
       f.entries.push_back(std::move(out));
     }
   }
   return f;
+}
+
+void Watchdog::Impl::read_proven(const frames::EntryRecord& e, Entry& out) const {
+  out.kind = EntryKind::Skipped;
+  out.skip_reason = stats::describe(stats::Readability::ProvenThenWritten);
+  // The frame saw what the proof covered while no later proof or read replaced it and the
+  // tensor's version is still the one proven.
+  const auto found = read_magnitudes.find(static_cast<const c10::TensorImpl*>(e.proven_tensor));
+  if (found == read_magnitudes.end() || found->second.proof != e.proof) return;
+  auto held = found->second.tensor.lock();
+  if (held.get() != e.proven_tensor || held->version_counter().current_version() != found->second.version) return;
+  const at::Tensor t(std::move(held));
+  const stats::Readability r = stats::compute(t, out.stats);
+  if (r != stats::Readability::Read) {
+    out.skip_reason = stats::describe(r);
+    return;
+  }
+  out.kind = EntryKind::Tensor;
 }
 
 Report Watchdog::Impl::build_report(const core::DetectionPolicy::Judgement* judged) const {

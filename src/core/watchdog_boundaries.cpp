@@ -33,6 +33,23 @@ void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at:
   finish_frame(f, lock);
 }
 
+bool Watchdog::Impl::proven_entry(const at::Tensor& t, EntryRecord& e) const {
+  if (!t.defined() || read_magnitudes.empty()) return false;
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const auto found = read_magnitudes.find(impl);
+  if (found == read_magnitudes.end() || found->second.proof == 0 ||
+      found->second.version != impl->version_counter().current_version() ||
+      found->second.tensor.lock().get() != impl) {
+    return false;
+  }
+  e.state = frames::EntryState::Proven;
+  e.dtype = static_cast<int8_t>(t.scalar_type());
+  e.storage = core::storage_key(t);
+  e.proven_tensor = impl;
+  e.proof = found->second.proof;
+  return true;
+}
+
 FrameRecord Watchdog::Impl::boundary_frame(uint32_t module_place, BoundaryFrame kind) {
   static constexpr const char* kOps[] = {"call", "return", "compiled call", "forward"};
   FrameRecord f;
@@ -90,9 +107,11 @@ void Watchdog::Impl::record_whole_module(const torch::nn::Module& module, uint32
     f.add(e);
   };
   // As HF's frames: the module's own parameters, what it was handed, what it returned. A
-  // parameter is read once a batch (the cache serves its later calls: its version is unchanged).
+  // parameter is read once a batch (the cache serves its later calls: its version is unchanged),
+  // or not at all where what the optimizer's step wrote into it was proven finite.
   for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-    EntryRecord e = read_entry(f, p.value(), Role::Param, -1, -1, false);
+    EntryRecord e = core::make_entry(Role::Param, -1, -1);
+    if (!proven_entry(p.value(), e)) e = read_entry(f, p.value(), Role::Param, -1, -1, false);
     e.param_name = strings.intern(p.key());
     f.add(e);
   }

@@ -182,7 +182,15 @@ struct Watchdog::Impl final : capture::Session {
     c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> tensor;
     uint32_t version = 0;
     double abs_max = 0.0;  // infinity: it held an inf or NaN
+    // Not read but proven no larger than abs_max (Watchdog::proven_finite): the proof's number, 0
+    // for a read.
+    uint32_t proof = 0;
   };
+  uint32_t proofs = 0;  // proven_finite calls so far
+  // Whether `t` is proven finite at its current version: then `e` is its Proven entry (lock held).
+  bool proven_entry(const at::Tensor& t, frames::EntryRecord& e) const;
+  // A Proven entry's numbers, read as a report shows its frame, into `out` (lock held).
+  void read_proven(const frames::EntryRecord& e, Entry& out) const;
   std::unordered_map<const c10::TensorImpl*, ReadMagnitude> read_magnitudes;
   size_t read_magnitudes_kept = 0;  // its size after freed tensors were last dropped
   bool keeping_magnitudes = false;  // check_parameter_gradients and record_written are reading

@@ -10,7 +10,9 @@ namespace sentinel {
 namespace frames {
 
 enum class Role : uint8_t { Param, Input, Output };
-enum class EntryState : uint8_t { Read, None, NotATensor, Skipped };
+// Proven: a parameter proven finite instead of read (Watchdog::proven_finite); its numbers are
+// read when a report shows its frame, if it still holds what the frame saw.
+enum class EntryState : uint8_t { Read, None, NotATensor, Skipped, Proven };
 
 struct EntryRecord {
   TensorStats stats;
@@ -36,6 +38,10 @@ struct EntryRecord {
   // The tensor's storage (its identity while it lives; 0: none): which module made the values an
   // op reads, and whether an op writes into its own argument (the place rule, core/place_rule.h).
   uintptr_t storage = 0;
+  // Proven: the tensor (its TensorImpl, found again among the watchdog's magnitudes) and the proof
+  // that covered it.
+  const void* proven_tensor = nullptr;
+  uint32_t proof = 0;
 };
 
 struct FrameRecord {

@@ -88,6 +88,7 @@ PYBIND11_MODULE(_native, m) {
       .def("read_call_arguments", &PythonWatch::read_call_arguments)
       .def("check_written", &PythonWatch::check_written)
       .def("read_magnitude", &PythonWatch::read_magnitude)
+      .def("proven_finite", &PythonWatch::proven_finite)
       .def("read_compiled_output", &PythonWatch::read_compiled_output)
       .def("name_tensors", &PythonWatch::name_tensors)
       .def("last_report_json", &PythonWatch::last_report_json)

@@ -237,6 +237,11 @@ double PythonWatch::read_magnitude(const std::vector<at::Tensor>& tensors) const
   return w.read_magnitude(tensors);
 }
 
+void PythonWatch::proven_finite(const std::vector<at::Tensor>& tensors, double bound) {
+  Watchdog& w = live();
+  without_gil([&] { w.proven_finite(tensors, bound); });
+}
+
 std::string PythonWatch::tolerated_json() const {
   Report holder;
   {

@@ -62,6 +62,8 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   void check_written(const std::string& what, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
   // Watchdog::read_magnitude: the largest magnitude in these tensors as last read, NaN if unknown.
   double read_magnitude(const std::vector<at::Tensor>& tensors) const;
+  // Watchdog::proven_finite: what an optimizer's step wrote, proven no larger than `bound`.
+  void proven_finite(const std::vector<at::Tensor>& tensors, double bound);
   // The values the place rule tolerated so far: a JSON report whose `tolerated` holds them.
   std::string tolerated_json() const;
   // What these detect is thrown as the library's errors, which the module's one exception

@@ -295,6 +295,7 @@ const char* describe(Readability r) {
     case Readability::Uninitialized: return "uninitialized: not read";
     case Readability::PartlyWritten: return "partly written: not read";
     case Readability::TensorSubclass: return "tensor subclass: not read";
+    case Readability::ProvenThenWritten: return "proven finite, not read; written since";
   }
   return "?";
 }

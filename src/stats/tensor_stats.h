@@ -55,6 +55,9 @@ enum class Readability {
   // memory is not its elements; a front end may hand its local tensor instead
   // (Watchdog::set_local_tensor_reader).
   TensorSubclass,
+  // A parameter a front end proved finite instead of reading it (Watchdog::proven_finite), written
+  // again before a report could read what its frame saw.
+  ProvenThenWritten,
 };
 
 // Reads `t` once, in place (dense or strided views alike, never copied). Floating types

@@ -2,7 +2,8 @@
 bounded"): below each rule's bound every implementation of torch.optim (single-tensor, foreach,
 fused) keeps its states finite, the bound is within 2x of where torch's own update first makes
 one inf, the carried bound holds what the states hold, and where no proof holds the states are
-read, as before."""
+read, as before. The parameters the step wrote are proven from the same bounds: below them torch's
+own update keeps |p| within the bound carried, and where it cannot be carried they are read."""
 
 import math
 import random
@@ -13,7 +14,7 @@ from torch import nn
 
 import overflow_sentinel
 from overflow_sentinel import NonFiniteError
-from overflow_sentinel._optimizer_bounds import RULES, Arithmetic
+from overflow_sentinel._optimizer_bounds import RULES, UPDATE, Arithmetic, parameter_bound
 
 # The states' signs and the gradient's: two elements alike (the sum's worst) and two opposed (the
 # lerp's g - m).
@@ -43,9 +44,9 @@ def implementations(cls):
     return [name for name in IMPLEMENTATIONS if name != "fused" or cls is not torch.optim.RMSprop]
 
 
-def one_step(cls, hyper, implementation, dtype, states, parameter, gradient):
+def one_step(cls, hyper, implementation, dtype, states, parameter, gradient, with_parameter=False):
     """The states' largest magnitude after one step of torch's own update from `states`, with every
-    gradient element of magnitude `gradient`."""
+    gradient element of magnitude `gradient` (and |p|'s, as "p", `with_parameter`)."""
     p = nn.Parameter((SIGNS * parameter).to(dtype))
     optimizer = cls([p], lr=1e-3, **hyper, **IMPLEMENTATIONS[implementation])
     p.grad = torch.zeros_like(p)
@@ -57,8 +58,9 @@ def one_step(cls, hyper, implementation, dtype, states, parameter, gradient):
             state.copy_((SIGNS.abs() if key.endswith("sq") or key == "square_avg" else SIGNS) * magnitude)
     p.grad = (GRADIENT_SIGNS * gradient).to(dtype)
     optimizer.step()
+    tensors = dict(optimizer.state[p], p=p.detach()) if with_parameter else optimizer.state[p]
     return {key: value.abs().max().item() if torch.isfinite(value).all() else math.inf
-            for key, value in optimizer.state[p].items() if value.dim() > 0}
+            for key, value in tensors.items() if value.dim() > 0}
 
 
 def proven(cls, hyper, dtype, states, parameter, gradient):
@@ -121,6 +123,12 @@ def test_below_the_bound_every_implementation_stays_finite_within_2x_of_the_edge
             after = one_step(cls, hyper, impl, dtype, states, parameter, g)
             for key, magnitude in after.items():
                 assert magnitude <= bounds[key], (impl, key, g, magnitude, bounds[key])
+            # The parameter, where the rule bounds its update and |p| after it fits: within that.
+            group = cls([nn.Parameter(torch.zeros(1, dtype=dtype))], lr=1e-3, **hyper).param_groups[0]
+            carried = parameter_bound(group, bounds.get(UPDATE), parameter)
+            if carried is not None:
+                moved = one_step(cls, hyper, impl, dtype, states, parameter, g, with_parameter=True)["p"]
+                assert moved <= carried, (impl, g, moved, carried)
     # Not far below torch's own edge: within 2x of the smallest gradient that overflows a state.
     first_inf = edge(cls, hyper, dtype, states, parameter, limit)
     if first_inf is None:
@@ -129,9 +137,10 @@ def test_below_the_bound_every_implementation_stays_finite_within_2x_of_the_edge
         assert limit <= first_inf <= 2 * limit, (limit, first_inf)
 
 
-def watched_steps(optimizer_of, steps=4, loop=None, dtype=torch.float32, seed=0):
+def watched_steps(optimizer_of, steps=4, loop=None, dtype=torch.float32, seed=0, parameters=None):
     """A small model trained `steps` steps at module boundaries; after each, what the carried
-    bounds say against what the states hold, and why the states were read."""
+    bounds say against what the states and the parameters hold, and why the states were read
+    (appended to `parameters`: the groups whose parameters were proven)."""
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)).to(dtype)
     optimizer = optimizer_of(model.parameters())
@@ -153,7 +162,12 @@ def watched_steps(optimizer_of, steps=4, loop=None, dtype=torch.float32, seed=0)
                             held[key] = max(held.get(key, 0.0), value.abs().max().item())
                 carried = bounds._bounds.get(index, {})
                 assert all(held[key] <= carried.get(key, math.nan) for key in held), (held, carried)
+                if index in bounds.proven_parameters:
+                    largest = max(p.abs().max().item() for p in group["params"])
+                    assert largest <= bounds.proven_parameters[index]
             seen.append(bounds.why_read)
+            if parameters is not None:
+                parameters.append(sorted(bounds.proven_parameters))
     finally:
         w.close()
     return seen
@@ -183,9 +197,35 @@ LOOPS = {
 @pytest.mark.parametrize("loop", sorted(LOOPS))
 @pytest.mark.parametrize("optimizer", sorted(PROVEN))
 def test_after_the_first_step_the_states_are_proven_and_the_bound_holds_them(optimizer, loop):
-    seen = watched_steps(PROVEN[optimizer], loop=LOOPS[loop])
+    parameters = []
+    seen = watched_steps(PROVEN[optimizer], loop=LOOPS[loop], parameters=parameters)
     assert seen[0] == "the step made the states"
     assert seen[1:] == ["", "", ""]
+    # The parameters too, from the second step on (|p| read after the first).
+    assert parameters == [[], [0], [0], [0]]
+
+
+def test_sgd_without_momentum_has_its_parameters_proven_from_the_second_step():
+    parameters = []
+    watched_steps(lambda ps: torch.optim.SGD(ps, lr=1e-2), parameters=parameters)
+    assert parameters == [[], [0], [0], [0]]
+
+
+UNPROVEN_PARAMETERS = {
+    # float16's range is too narrow for a bound carried step after step
+    "float16": (lambda ps: torch.optim.SGD(ps, lr=1e-2), torch.float16),
+    # lr m / eps outgrows float32 (though m / (sqrt(v) + eps) stays near 1)
+    "adam_eps_1e-40": (lambda ps: torch.optim.Adam(ps, lr=1e-3, eps=1e-40), torch.float32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNPROVEN_PARAMETERS))
+def test_parameters_whose_bound_would_not_fit_are_read_after_every_step(case):
+    make, dtype = UNPROVEN_PARAMETERS[case]
+    parameters = []
+    seen = watched_steps(make, steps=3, dtype=dtype, parameters=parameters)
+    assert seen[1:] == ["", ""]  # (the states are proven)
+    assert parameters == [[], [], []]
 
 
 def write_a_state(optimizer):

@@ -23,6 +23,9 @@ _KEPT_OPTIONS = ("max_frames_to_save", "skip_view_ops", "strict", "allow_nonfini
 
 _serial = itertools.count()
 
+# The frames of a call's site kept (torch's and this package's among them, left out when shown).
+_SITE_FRAMES = 64
+
 
 class Call:
     """What one call (of a compiled region, or of an eager model watched at its boundaries) needs
@@ -46,6 +49,13 @@ class Call:
         self.autocast = {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in ("cpu", "cuda")}
         self.tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         self.grad = None  # that the call's output got in the backward
+        # Where the call was made from, innermost first: a replay run where the error is raised
+        # (before an optimizer's step) shows these lines outside the model, not the raise's.
+        self.site = []
+        frame = sys._getframe(1)
+        while frame is not None and len(self.site) < _SITE_FRAMES:
+            self.site.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            frame = frame.f_back
 
     def changed_inputs(self):
         """What changed in the call's arguments since it began: each as a phrase ("args[0] was
@@ -267,6 +277,7 @@ def _why_not_replayable(model):
 def _replay_call(w, model, call, batch, options, backward, buffers):
     """The call run eagerly under an op-level watchdog (`w`'s replay_watch): the first report, or
     None."""
+    from ._native import set_replayed_call_site  # (loaded by the package once its torch is checked)
     found = []
     # The run's gradients are set aside: the replay's backward accumulates none (autograd.grad),
     # and its watchdog, reading .grad at the batch's end, would find the run's, not its own.
@@ -278,7 +289,12 @@ def _replay_call(w, model, call, batch, options, backward, buffers):
         rw.batch_number = batch
         args, kwargs = _own_containers(call)
         with _restored(call), rw.batch():
-            output = model(*args, **kwargs)
+            # The forward's stacks go on with the call's site; the backward's are autograd's, as in the run.
+            set_replayed_call_site(_replay_call.__code__, call.site)
+            try:
+                output = model(*args, **kwargs)
+            finally:
+                set_replayed_call_site(None, [])
             if backward and call.grad is not None and not found:
                 _replay_backward(model, first_tensor_with_grad(output), call.grad)
     finally:

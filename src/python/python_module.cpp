@@ -114,6 +114,9 @@ PYBIND11_MODULE(_native, m) {
       },
       "How many of the tensors hold inf or NaN, read by the watchdog's own pass (bench/boundary_rows.py "
       "measures what reading at module boundaries costs with it).");
+  m.def("set_replayed_call_site", &sentinel::python::set_replayed_call_site,
+        "While a replay runs a call again: the stacks of this thread stop at the frame running the code "
+        "`replaying` and go on with `call_site` (None: as they are).");
   // For tests: whether LibTorch still holds op callbacks (global or on this thread).
   m.def("record_function_callbacks_installed", &sentinel::capture::callbacks_installed);
 }

@@ -23,6 +23,14 @@ bool finalizing() {
 #endif
 }
 
+// A replayed call's site on this thread (set_replayed_call_site): a borrowed code object, kept
+// alive by the replay's own function, and the lines that stand for the frames from it outward.
+struct ReplayedCall {
+  PyObject* replaying = nullptr;
+  std::vector<std::string> call_site;
+};
+thread_local ReplayedCall replayed_call;
+
 // torch's own Python files (module calls, autograd's entry points), found at import.
 std::string& torch_dir() {
   static std::string* dir = new std::string;  // never destroyed: read until the process ends
@@ -33,6 +41,11 @@ std::string& torch_dir() {
 bool is_machinery(const std::string& file) {
   return (!torch_dir().empty() && file.rfind(torch_dir(), 0) == 0) ||
          file.find("/overflow_sentinel/") != std::string::npos || file.rfind("<frozen ", 0) == 0;
+}
+
+std::string frame_line(const py::module_& linecache, const std::string& file, int line, const std::string& function) {
+  const std::string source = py::str(linecache.attr("getline")(file, line).attr("strip")());
+  return fmt::format("{}:{}: {}  (in {})", file, line, source, function);
 }
 
 std::vector<std::string> python_stack() {
@@ -46,12 +59,16 @@ std::vector<std::string> python_stack() {
     while (frame != nullptr && lines.size() < kMaxPythonLines) {
       PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
       const auto owned_code = py::reinterpret_steal<py::object>(reinterpret_cast<PyObject*>(code));
+      if (replayed_call.replaying != nullptr && owned_code.ptr() == replayed_call.replaying) {
+        for (const std::string& line : replayed_call.call_site) {
+          if (lines.size() == kMaxPythonLines) break;
+          lines.push_back(line);
+        }
+        break;
+      }
       const std::string file = py::str(owned_code.attr("co_filename"));
-      const std::string function = py::str(owned_code.attr("co_name"));
-      const int line = PyFrame_GetLineNumber(frame);
       if (!is_machinery(file)) {
-        std::string source = py::str(linecache.attr("getline")(file, line).attr("strip")());
-        lines.push_back(fmt::format("{}:{}: {}  (in {})", file, line, source, function));
+        lines.push_back(frame_line(linecache, file, PyFrame_GetLineNumber(frame), py::str(owned_code.attr("co_name"))));
       }
       PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
       Py_DECREF(frame);
@@ -65,6 +82,16 @@ std::vector<std::string> python_stack() {
 }
 
 }  // namespace
+
+void set_replayed_call_site(py::handle replaying, const std::vector<PythonFrame>& call_site) {
+  replayed_call.replaying = replaying.is_none() ? nullptr : replaying.ptr();
+  replayed_call.call_site.clear();
+  if (replaying.is_none()) return;
+  auto linecache = py::module_::import("linecache");
+  for (const auto& [file, line, function] : call_site) {
+    if (!is_machinery(file)) replayed_call.call_site.push_back(frame_line(linecache, file, line, function));
+  }
+}
 
 void install_python_stack_source() {
   auto os_path = py::module_::import("os.path");

@@ -14,13 +14,13 @@
 
 #include <ATen/core/function_schema.h>
 #include <ATen/core/operator_name.h>
-#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 #include <cstring>
-#include <exception>
 #include <mutex>
 #include <utility>
 
+#include "capture/compiler_tracing.h"
+#include "capture/guarded_hooks.h"
 #include "capture/loop_window.h"
 #include "capture/op_call.h"
 #include "capture/thread_state.h"
@@ -81,38 +81,6 @@ bool callbacks_installed() { return at::hasCallbacks(); }
 // ---- The per-op protocol ----------------------------------------------------------------------
 
 namespace {
-
-const char* what_of(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& error) {
-    // The message outlives the handler only as long as the exception: copied into a buffer.
-    static thread_local char buffer[512];
-    std::strncpy(buffer, error.what(), sizeof buffer - 1);
-    buffer[sizeof buffer - 1] = '\0';
-    return buffer;
-  } catch (...) {
-  }
-  return "an exception that is not a std::exception";
-}
-
-// Inside a catch: hands what was thrown back to the session, with the frame it concerns.
-void report_failure(Session& s, frames::FrameRecord* frame, bool keep_open) {
-  const char* what = what_of(std::current_exception());
-  if (frame) s.frame_failed(*frame, what, keep_open);
-  else s.callback_failed(what);
-}
-
-// Runs one session's hook; what it throws is caught here, never by LibTorch (which would log it
-// and drop the frame).
-template <typename Hook>
-void guarded(Session& s, frames::FrameRecord* frame, bool keep_open, Hook&& hook) {
-  try {
-    hook();
-  } catch (...) {
-    report_failure(s, frame, keep_open);
-  }
-}
 
 // A deque: slots never move, so a frame handed to the second thread stays where it was.
 OpenFrame& next_slot(std::deque<OpenFrame>& slots, size_t count) {
@@ -215,18 +183,6 @@ std::shared_ptr<SessionAnchor> bound_torchscript_session(ThreadState& ts) {
     if (use && use.get()->opens_batches_on_torchscript_forward()) return anchor;
   }
   return nullptr;
-}
-
-// Ops the compiler runs while it traces a model (torch.compile's fake tensors, its proxy and
-// functional tracing) compute nothing: they make no frame, and the ops they run are nested in
-// them. A user's own dispatch mode (a FLOP counter) runs real ops: those are watched.
-bool compiler_tracing() {
-  using c10::impl::TorchDispatchModeKey;
-  using c10::impl::TorchDispatchModeTLS;
-  if (!TorchDispatchModeTLS::any_modes_set(/*skip_infra_modes=*/false)) return false;  // the usual case, cheaply
-  return TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::FAKE).has_value() ||
-         TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::PROXY).has_value() ||
-         TorchDispatchModeTLS::get_mode(TorchDispatchModeKey::FUNCTIONAL).has_value();
 }
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {

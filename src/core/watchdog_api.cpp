@@ -261,14 +261,7 @@ void Watchdog::proven_finite(const std::vector<at::Tensor>& tensors, double boun
   if (!std::isfinite(bound) || bound < 0) return;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->forget_reads_of(tensors);
-  const uint32_t proof = ++impl_->proofs;
-  for (const at::Tensor& t : tensors) {
-    if (!t.defined() || t.is_inference()) continue;
-    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    impl_->read_magnitudes.insert_or_assign(
-        impl, Impl::ReadMagnitude{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
-                                  impl->version_counter().current_version(), bound, proof});
-  }
+  impl_->prove_finite(tensors, bound);
 }
 
 namespace {

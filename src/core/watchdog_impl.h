@@ -186,7 +186,10 @@ struct Watchdog::Impl final : capture::Session {
     // for a read.
     uint32_t proof = 0;
   };
-  uint32_t proofs = 0;  // proven_finite calls so far
+  uint32_t proofs = 0;  // proofs made so far
+  // Records `tensors` as proven no larger than `bound` in magnitude at their current versions, one
+  // proof (lock held).
+  void prove_finite(c10::ArrayRef<at::Tensor> tensors, double bound);
   // Whether `t` is proven finite at its current version: then `e` is its Proven entry (lock held).
   bool proven_entry(const at::Tensor& t, frames::EntryRecord& e) const;
   // A Proven entry's numbers, read as a report shows its frame, into `out` (lock held).
@@ -307,6 +310,12 @@ struct Watchdog::Impl final : capture::Session {
   // (src/core/written_arguments.cpp).
   void add_written_arguments(frames::FrameRecord& f, const std::vector<c10::IValue>& inputs, const OpInfo& info,
                              const std::vector<uint32_t>& versions_at_start, bool& any_tensor);
+  // The factor of the training loop's in-place multiply (clipping's `_foreach_mul_` by its
+  // coefficient) where it is finite and at most 1 in magnitude, |factor|; NaN otherwise.
+  double shrinking_factor(const frames::FrameRecord& f, const std::vector<c10::IValue>& inputs) const;
+  // Whether `t`, read finite at `version_before` and multiplied in place by a factor of magnitude
+  // `factor` (at most 1), is proven finite and no larger: then `e` is its Proven entry.
+  bool proven_scaled(const at::Tensor& t, uint32_t version_before, double factor, frames::EntryRecord& e);
   // Their version counters at the op's start.
   void note_written_versions(c10::ArrayRef<c10::IValue> inputs, const OpInfo& info, std::vector<uint32_t>& versions);
   uint32_t written_label(const at::Tensor& t, const core::ParamRef* param, const frames::FrameRecord& f,

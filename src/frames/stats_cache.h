@@ -37,6 +37,10 @@ class StatsCache {
   bool find(const at::Tensor& t, TensorStats& out, stats::Readability& r) {
     return cacheable(t) && lookup(t, version_of(t), out, r);
   }
+  // What a read of `t` found at `version` (an earlier one), if that read is still held.
+  bool find_at(const at::Tensor& t, uint32_t version, TensorStats& out, stats::Readability& r) {
+    return cacheable(t) && lookup(t, version, out, r);
+  }
   // Remembers what a read of `t` at `version` found; nothing if `t` has been written since.
   void store(const at::Tensor& t, uint32_t version, const TensorStats& stats, stats::Readability r) {
     if (cacheable(t) && version_of(t) == version) {

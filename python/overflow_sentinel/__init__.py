@@ -16,7 +16,7 @@ import weakref
 
 import torch
 
-from . import _amp, _build_info, _compiled, _fsdp, _optimizer, _steps
+from . import _amp, _build_info, _compiled, _explained, _fsdp, _optimizer, _steps
 from ._hooks import buffers_it_may_write, first_tensor_with_grad, is_compiling, post_hook, pre_hook, register_post_hook
 from ._replay import BoundaryCalls
 
@@ -127,6 +127,7 @@ class Watch:
         self._options = options
         self._replay_compiled = bool(replay_compiled)
         self._replaying = False
+        self._deliveries = _explained.Deliveries()
         self._flush()  # what starting said (allow_nonfinite patterns that match no module)
         # fp16 AMP: a backward GradScaler scaled, and whose step it then skips (_amp.py).
         self._amp_entered = not self._is_replay
@@ -181,11 +182,14 @@ class Watch:
         if text:
             sys.stdout.write(text)
             sys.stdout.flush()
+        return text
 
     def _call(self, native_method):
-        """Calls the native side, printing what it printed even when it raises what it found."""
+        """Calls the native side, printing what it printed even when it raises what it found; what
+        it delivered without raising is replayed once it has returned (_explained.py)."""
+        self._deliveries.depth += 1
         try:
-            return native_method()
+            result = native_method()
         except NonFiniteError as error:
             _optimizer.name_gradient_norm(error)
             _optimizer.name_first_element(error, self)
@@ -194,22 +198,13 @@ class Watch:
                 self._explain(error)
             raise
         finally:
-            self._flush()
+            self._deliveries.depth -= 1
+            printed = self._flush()
+        self._deliveries.after_call(self, printed)
+        return result
 
     def _explain(self, error):
-        """A compiled model, or one watched at its module boundaries: what the replay of the
-        error's batch, op by op, finds goes with it."""
-        if error.report is None or getattr(error, "replay", None) is not None:
-            return
-        if self._boundaries:
-            self._flush()
-            error.replay = _compiled.explain(self._boundaries, error)
-            error.report.replay = error.replay
-        elif self._boundary_calls is not None:
-            self._flush()
-            replay = self._boundary_calls.explain(error)
-            if replay is not None:
-                error.replay = error.report.replay = replay
+        _explained.explain(self, error)
 
     def _scaled_backward(self, error):
         """Whether `error` is of a backward a GradScaler scaled, whose step() judges it (_amp.py)."""
@@ -457,7 +452,9 @@ class _Batch:
 def _call_back(me, report_json, text):
     w = me()
     if w is not None and w._callback is not None:
-        w._callback(Report.from_json(report_json, text))
+        report = Report.from_json(report_json, text)
+        if not w._deliveries.hold(w, report, w._callback):  # (else called once it is replayed)
+            w._callback(report)
 
 
 def _close_if_alive(me):

@@ -23,6 +23,7 @@
 #include "capture/guarded_hooks.h"
 #include "capture/loop_window.h"
 #include "capture/op_call.h"
+#include "capture/op_name_list.h"
 #include "capture/thread_state.h"
 #include "torchscript/fusion_guard.h"
 
@@ -131,15 +132,6 @@ void for_each_backward_session(ThreadState& ts, F&& f) {
   auto last = ts.last_batch_session.lock();
   if (!last && ts.bound.empty()) last = last_batch_session_in_process();
   if (last) f(last);
-}
-
-// A name with a namespace ("aten::mul"): a short scan by hand, since every op of every step asks
-// (strstr's setup cost a measurable share of the watched step's host time).
-bool has_namespace(const char* name) {
-  for (const char* p = name; *p != '\0'; ++p) {
-    if (p[0] == ':' && p[1] == ':') return true;
-  }
-  return false;
 }
 
 // An event that is not an op (no schema, no namespace in its name) but a marker around ops: a
@@ -325,8 +317,20 @@ bool needs_callback(const ThreadState& ts) {
   return false;
 }
 
+// Whether LibTorch still holds this thread's callback: one added while the autograd engine ran a
+// callback of its own (a replay inside the backward's final callback) is dropped when the backward
+// returns, the engine putting back the thread-local state it found, and its handle is stale.
+bool still_installed(at::CallbackHandle handle) {
+  for (const auto& entry : at::get_record_function_tls_().sorted_tls_callbacks_) {
+    if (entry.handle_ == handle) return true;
+  }
+  return false;
+}
+
 void add_callback(ThreadState& ts) {
-  if (ts.callback != 0 || libtorch_state_gone) return;
+  if (libtorch_state_gone) return;
+  if (ts.callback != 0 && !still_installed(ts.callback)) ts.callback = 0;
+  if (ts.callback != 0) return;
   ts.callback = at::addThreadLocalCallback(
       at::RecordFunctionCallback(on_start, on_end)
           .needsInputs(true)
@@ -409,10 +413,6 @@ void park_callback_between_steps(ThreadState& ts) {
   ts.callback = 0;
 }
 
-}  // namespace
-
-namespace {
-
 // The window's global callback: a thread whose own callback is installed is watched by that one
 // (both would count its ops twice).
 std::unique_ptr<at::ObserverContext> on_start_in_window(const at::RecordFunction& fn) {
@@ -436,6 +436,7 @@ bool open_loop_window(const std::shared_ptr<SessionAnchor>& anchor) {
   ThreadState& ts = thread_state();
   if (batch_open_here(anchor.get())) return false;
   ts.batches.push_back(anchor);
+  if (ts.callback != 0 && !still_installed(ts.callback)) ts.callback = 0;  // (else its ops go unwatched)
   scopes_when_window_opened = ts.scopes.size();
   std::lock_guard<std::mutex> lock(window_mutex);
   if (windows_open++ == 0 && !libtorch_state_gone) {

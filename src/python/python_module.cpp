@@ -78,6 +78,7 @@ PYBIND11_MODULE(_native, m) {
       .def("close", &PythonWatch::close)
       .def_property_readonly("closed", &PythonWatch::closed)
       .def_property_readonly("exact", &PythonWatch::exact)
+      .def_property_readonly("warns", &PythonWatch::warns)
       .def_property_readonly("watching_ops", &PythonWatch::watching_ops)
       .def_property_readonly("batch_number", &PythonWatch::batch_number)
       .def("set_batch_number", &PythonWatch::set_batch_number)

@@ -85,6 +85,7 @@ class __attribute__((visibility("hidden"))) PythonWatch {
   std::string close();
   bool closed() const { return !watchdog_; }
   bool exact() const { return live().options().exact(); }
+  bool warns() const { return live().options().action() == Action::Warn; }
   bool watching_ops() const { return ops_watched_; }  // in the open (or last) batch
 
   int64_t batch_number() const;

@@ -30,7 +30,8 @@ def explain(watch, error):
 
 def _replays(watch):
     """Whether `watch` replays what it finds: a compiled model's boundaries, or module boundaries."""
-    return not watch._is_replay and (bool(watch._boundaries) or watch._boundary_calls is not None)
+    return (not watch._is_replay and not watch._native.closed
+            and (bool(watch._boundaries) or watch._boundary_calls is not None))
 
 
 class Deliveries:
@@ -77,5 +78,9 @@ class Deliveries:
         if place is None or place in self.places or getattr(report, "kind", "nonfinite") != "nonfinite":
             return
         self.places.add(place)
-        delivered = types.SimpleNamespace(report=report)
-        explain(watch, delivered)
+        try:
+            explain(watch, types.SimpleNamespace(report=report))
+        except Exception as error:  # noqa: BLE001 - the run goes on: the report stands without its replay
+            sys.stdout.write(f"overflow_sentinel: batch {report.batch_number} could not be replayed: "
+                             f"{type(error).__name__}: {error}\n")
+            sys.stdout.flush()

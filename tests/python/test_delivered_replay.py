@@ -94,3 +94,16 @@ def test_a_watchdog_made_inside_the_backwards_final_callback_watches_ops_after_t
     thread.start()
     thread.join()
     assert len(found) == 1 and found[0].origin_frame.op == "aten::mul"
+
+
+def test_a_replay_that_fails_leaves_the_report_to_the_callback_and_says_why(monkeypatch, capsys):
+    import overflow_sentinel._explained as explained
+
+    def broken(watch, delivered):
+        raise RuntimeError("no memory left")
+
+    monkeypatch.setattr(explained, "explain", broken)
+    got = []
+    forward_overflow(False, callback=got.append)
+    assert len(got) == 3 and all(getattr(r, "replay", None) is None for r in got)
+    assert "batch 0 could not be replayed: RuntimeError: no memory left" in capsys.readouterr().out

@@ -101,13 +101,15 @@ def leave(w, index, output, args=None, written=None):
         # error raised here, and the original exception goes on).
         w._native.leave(index, None)
         return
-    # (A callback's report the module's end delivers is held, to be replayed first: _explained.py.)
     deliveries = w._deliveries
-    deliveries.depth += 1
-    try:
+    if w._callback is None:
         found = w._native.leave(index, output, args, written)
-    finally:
-        deliveries.depth -= 1
+    else:  # a callback's report the module's end delivers is held, to be replayed first (_explained.py)
+        deliveries.depth += 1
+        try:
+            found = w._native.leave(index, output, args, written)
+        finally:
+            deliveries.depth -= 1
     if found and not w._holding(in_forward=True):
         w._call(w._native.check)
     elif deliveries.held:

@@ -36,11 +36,7 @@ void Watchdog::Impl::check_returned(uint32_t module_place, const std::vector<at:
 void Watchdog::Impl::prove_finite(c10::ArrayRef<at::Tensor> tensors, double bound) {
   const uint32_t proof = ++proofs;
   for (const at::Tensor& t : tensors) {
-    if (!t.defined() || t.is_inference()) continue;
-    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    read_magnitudes.insert_or_assign(
-        impl, ReadMagnitude{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
-                            impl->version_counter().current_version(), bound, proof});
+    if (t.defined() && !t.is_inference()) keep_magnitude_of(t, bound, proof);
   }
 }
 

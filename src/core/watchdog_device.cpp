@@ -52,16 +52,22 @@ void Watchdog::Impl::keep_magnitude(const at::Tensor& t, const EntryRecord& e) {
     read_magnitudes.erase(impl);
     return;
   }
+  const double abs_max = e.stats.finite() ? e.stats.abs_max : std::numeric_limits<double>::infinity();
+  keep_magnitude_of(t, abs_max, /*proof=*/0);
+}
+
+void Watchdog::Impl::keep_magnitude_of(const at::Tensor& t, double abs_max, uint32_t proof) {
+  // Tensors freed since are dropped once the map has doubled: gradients are new tensors each step.
   if (read_magnitudes.size() >= 2 * read_magnitudes_kept + 256) {
     for (auto it = read_magnitudes.begin(); it != read_magnitudes.end();) {
       it = it->second.tensor.expired() ? read_magnitudes.erase(it) : std::next(it);
     }
     read_magnitudes_kept = read_magnitudes.size();
   }
-  const double abs_max = e.stats.finite() ? e.stats.abs_max : std::numeric_limits<double>::infinity();
-  read_magnitudes.insert_or_assign(impl, ReadMagnitude{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(
-                                                           t.getIntrusivePtr()),
-                                                       impl->version_counter().current_version(), abs_max});
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  read_magnitudes.insert_or_assign(
+      impl, ReadMagnitude{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(t.getIntrusivePtr()),
+                          impl->version_counter().current_version(), abs_max, proof});
 }
 
 core::HeldLaunches Watchdog::Impl::read_ahead(c10::ArrayRef<at::Tensor> tensors) {

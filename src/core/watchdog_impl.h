@@ -206,6 +206,8 @@ struct Watchdog::Impl final : capture::Session {
   };
   // Records (or, when `e` is not a whole read made now, forgets) `t`'s magnitude (lock held).
   void keep_magnitude(const at::Tensor& t, const frames::EntryRecord& e);
+  // Records `t`'s magnitude at its current version, read (`proof` 0) or proven (lock held).
+  void keep_magnitude_of(const at::Tensor& t, double abs_max, uint32_t proof);
   std::atomic<bool> backward_in_batch{false};  // the parameter gradients are worth a look at batch end
   // The batch open now has had its gradients checked: a whole training step, nothing of which
   // is left for after it (capture::pop_batch).

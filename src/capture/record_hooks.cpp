@@ -317,20 +317,20 @@ bool needs_callback(const ThreadState& ts) {
   return false;
 }
 
-// Whether LibTorch still holds this thread's callback: one added while the autograd engine ran a
-// callback of its own (a replay inside the backward's final callback) is dropped when the backward
-// returns, the engine putting back the thread-local state it found, and its handle is stale.
-bool still_installed(at::CallbackHandle handle) {
+// Forgets this thread's callback when LibTorch no longer holds it: one added while the autograd
+// engine ran a callback of its own (a replay inside the backward's final callback) is dropped when
+// the backward returns, the engine putting back the thread-local state it found.
+void forget_dropped_callback(ThreadState& ts) {
+  if (ts.callback == 0 || libtorch_state_gone) return;
   for (const auto& entry : at::get_record_function_tls_().sorted_tls_callbacks_) {
-    if (entry.handle_ == handle) return true;
+    if (entry.handle_ == ts.callback) return;
   }
-  return false;
+  ts.callback = 0;
 }
 
 void add_callback(ThreadState& ts) {
-  if (libtorch_state_gone) return;
-  if (ts.callback != 0 && !still_installed(ts.callback)) ts.callback = 0;
-  if (ts.callback != 0) return;
+  forget_dropped_callback(ts);
+  if (ts.callback != 0 || libtorch_state_gone) return;
   ts.callback = at::addThreadLocalCallback(
       at::RecordFunctionCallback(on_start, on_end)
           .needsInputs(true)
@@ -436,7 +436,7 @@ bool open_loop_window(const std::shared_ptr<SessionAnchor>& anchor) {
   ThreadState& ts = thread_state();
   if (batch_open_here(anchor.get())) return false;
   ts.batches.push_back(anchor);
-  if (ts.callback != 0 && !still_installed(ts.callback)) ts.callback = 0;  // (else its ops go unwatched)
+  forget_dropped_callback(ts);  // (else the window takes the thread's ops for its callback's)
   scopes_when_window_opened = ts.scopes.size();
   std::lock_guard<std::mutex> lock(window_mutex);
   if (windows_open++ == 0 && !libtorch_state_gone) {

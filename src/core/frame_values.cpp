@@ -71,11 +71,9 @@ void Watchdog::Impl::read_proven(const frames::EntryRecord& e, Entry& out) const
   out.skip_reason = stats::describe(stats::Readability::ProvenThenWritten);
   // The frame saw what the proof covered while no later proof or read replaced it and the
   // tensor's version is still the one proven.
-  const auto found = read_magnitudes.find(static_cast<const c10::TensorImpl*>(e.proven_tensor));
-  if (found == read_magnitudes.end() || found->second.proof != e.proof) return;
-  auto held = found->second.tensor.lock();
-  if (held.get() != e.proven_tensor || held->version_counter().current_version() != found->second.version) return;
-  const at::Tensor t(std::move(held));
+  const ReadMagnitude* known = magnitude_of(static_cast<const c10::TensorImpl*>(e.proven_tensor));
+  if (!known || known->proof != e.proof) return;
+  const at::Tensor t(known->tensor.lock());
   const stats::Readability r = stats::compute(t, out.stats);
   if (r != stats::Readability::Read) {
     out.skip_reason = stats::describe(r);

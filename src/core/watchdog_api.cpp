@@ -247,12 +247,9 @@ double Watchdog::read_magnitude(const std::vector<at::Tensor>& tensors) const {
   double largest = 0.0;
   for (const at::Tensor& t : tensors) {
     if (!t.defined() || t.is_inference()) return std::numeric_limits<double>::quiet_NaN();
-    const auto found = impl_->read_magnitudes.find(t.unsafeGetTensorImpl());
-    if (found == impl_->read_magnitudes.end() || found->second.tensor.lock().get() != t.unsafeGetTensorImpl() ||
-        found->second.version != t.unsafeGetTensorImpl()->version_counter().current_version()) {
-      return std::numeric_limits<double>::quiet_NaN();
-    }
-    largest = std::max(largest, found->second.abs_max);
+    const Impl::ReadMagnitude* known = impl_->magnitude_of(t.unsafeGetTensorImpl());
+    if (!known) return std::numeric_limits<double>::quiet_NaN();
+    largest = std::max(largest, known->abs_max);
   }
   return largest;
 }

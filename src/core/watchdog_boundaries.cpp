@@ -40,20 +40,24 @@ void Watchdog::Impl::prove_finite(c10::ArrayRef<at::Tensor> tensors, double boun
   }
 }
 
+const Watchdog::Impl::ReadMagnitude* Watchdog::Impl::magnitude_of(const c10::TensorImpl* impl) const {
+  const auto found = read_magnitudes.find(impl);
+  if (found == read_magnitudes.end()) return nullptr;
+  // (The address may be a freed tensor's, reused: the record's own tensor must be this one.)
+  const auto held = found->second.tensor.lock();
+  if (held.get() != impl || held->version_counter().current_version() != found->second.version) return nullptr;
+  return &found->second;
+}
+
 bool Watchdog::Impl::proven_entry(const at::Tensor& t, EntryRecord& e) const {
   if (!t.defined() || read_magnitudes.empty()) return false;
-  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  const auto found = read_magnitudes.find(impl);
-  if (found == read_magnitudes.end() || found->second.proof == 0 ||
-      found->second.version != impl->version_counter().current_version() ||
-      found->second.tensor.lock().get() != impl) {
-    return false;
-  }
+  const ReadMagnitude* known = magnitude_of(t.unsafeGetTensorImpl());
+  if (!known || known->proof == 0) return false;
   e.state = frames::EntryState::Proven;
   e.dtype = static_cast<int8_t>(t.scalar_type());
   e.storage = core::storage_key(t);
-  e.proven_tensor = impl;
-  e.proof = found->second.proof;
+  e.proven_tensor = t.unsafeGetTensorImpl();
+  e.proof = known->proof;
   return true;
 }
 

@@ -187,6 +187,9 @@ struct Watchdog::Impl final : capture::Session {
     uint32_t proof = 0;
   };
   uint32_t proofs = 0;  // proofs made so far
+  // The record of the tensor at `impl` while it lives and its version is the one recorded; nullptr
+  // otherwise (lock held).
+  const ReadMagnitude* magnitude_of(const c10::TensorImpl* impl) const;
   // Records `tensors` as proven no larger than `bound` in magnitude at their current versions, one
   // proof (lock held).
   void prove_finite(c10::ArrayRef<at::Tensor> tensors, double bound);
